@@ -1,0 +1,47 @@
+// The interface every engine implements behind Plan. An engine is created for one Problem; its factory
+// returns nullptr and says why when it declines the problem, so verbose mode can report it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conv3d_dx/conv3d_dx.hpp"
+
+namespace conv3d_dx {
+
+class EngineImpl {
+ public:
+  virtual ~EngineImpl() = default;
+  virtual std::string name() const = 0;
+  // Bytes of scratch execute() needs; the caller passes at least this much (or Plan allocates it).
+  virtual std::size_t workspace_bytes() const { return 0; }
+  // Read the filter (laid out as problem.filter_strides say) into the engine's own form.
+  virtual void pack_filter(const void* filter) = 0;
+  // Compute y from dy with the last packed filter. Must not throw once started; y is fully written.
+  virtual void execute(const void* dy, void* y, void* workspace) = 0;
+};
+
+struct EngineRequest {
+  const Problem& problem;
+  int threads;  // resolved, >= 1
+  Isa isa;      // resolved: never Isa::best
+};
+
+struct EngineFactory {
+  const char* name;
+  // Returns nullptr and fills why_not when the engine declines.
+  std::unique_ptr<EngineImpl> (*create)(const EngineRequest&, std::string& why_not);
+};
+
+// The CPU engines in order of preference (src/cpu); Plan takes the first that accepts.
+const std::vector<EngineFactory>& cpu_engines();
+// The oracle as an engine (src/reference): used when Options::isa is Isa::reference.
+std::unique_ptr<EngineImpl> make_reference_engine(const Problem&);
+
+// The best ISA this CPU supports, and whether it supports a given one.
+Isa detect_isa();
+bool cpu_supports(Isa);
+
+}  // namespace conv3d_dx

@@ -1,0 +1,32 @@
+// Scalar conversions between fp32 and the storage types (SPEC §4). Decoding is exact; encoding rounds once.
+#pragma once
+
+#include <cstdint>
+
+#include "conv3d_dx/conv3d_dx.hpp"
+
+namespace conv3d_dx::numeric {
+
+float fp16_to_f32(std::uint16_t bits);
+float bf16_to_f32(std::uint16_t bits);
+float hif8_to_f32(std::uint8_t code);
+float fp8_e4m3fn_to_f32(std::uint8_t code);
+
+// Round to nearest even (fp16, bf16, fp8) or nearest with ties away from zero (hifloat8).
+// saturate: finite overflow and inf clamp to the largest finite value (see SPEC §4 for NaN).
+std::uint16_t f32_to_fp16(float v, bool saturate);
+std::uint16_t f32_to_bf16(float v, bool saturate);
+std::uint8_t f32_to_hif8(float v, bool saturate);
+std::uint8_t f32_to_fp8_e4m3fn(float v, bool saturate);
+
+// HF32: keep 10 explicit mantissa bits, rounding half away from zero; inf and NaN unchanged.
+float round_to_hf32(float v);
+
+// Element `index` (in elements) of an array of `dtype`, widened exactly to fp32.
+float load_f32(DType dtype, const void* base, std::int64_t index);
+// Round v to `dtype` and store it as element `index`.
+void store_f32(DType dtype, void* base, std::int64_t index, float v, OverflowMode mode);
+// load_f32 followed by the problem's input rounding (hf32 only rounds fp32 inputs; fp16 rounds any).
+float load_rounded(DType dtype, const void* base, std::int64_t index, InputRounding rounding);
+
+}  // namespace conv3d_dx::numeric

@@ -1,0 +1,145 @@
+// Plan: resolve threads and ISA, pick the first engine that accepts the problem, own its scratch memory.
+#include <cstdlib>
+#include <iostream>
+#include <new>
+#include <thread>
+
+#include "common/engine.hpp"
+
+namespace conv3d_dx {
+namespace {
+
+int resolve_threads(int requested) {
+  if (requested < 0)
+    throw Error(ErrorCode::invalid_argument, "threads",
+                "threads is " + std::to_string(requested) + " but must be >= 0");
+  if (requested > 0) return requested;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int>(hw) : 1;
+}
+
+// Options::isa, else the CONV3D_DX_ISA environment variable, else the best the CPU has.
+Isa resolve_isa(Isa requested) {
+  std::string source = "isa";
+  if (requested == Isa::best) {
+    const char* env = std::getenv("CONV3D_DX_ISA");
+    if (env == nullptr || *env == '\0') return detect_isa();
+    source = "CONV3D_DX_ISA";
+    try {
+      requested = parse_isa(env);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::invalid_argument, source, "CONV3D_DX_ISA: " + std::string(e.what()));
+    }
+    if (requested == Isa::best) return detect_isa();
+  }
+  if (!cpu_supports(requested))
+    throw Error(ErrorCode::unsupported, source,
+                source + " " + to_string(requested) +
+                    " is not supported by this CPU (best: " + to_string(detect_isa()) + ")");
+  return requested;
+}
+
+void require(const void* pointer, const char* name) {
+  if (pointer == nullptr)
+    throw Error(ErrorCode::null_pointer, name, std::string(name) + " is a null pointer");
+}
+
+}  // namespace
+
+struct Plan::State {
+  void create_engine(Isa isa);
+
+  Problem problem;
+  int threads = 1;
+  std::unique_ptr<EngineImpl> engine;
+  std::vector<std::string> declined;
+  std::vector<unsigned char> workspace;  // used when the caller passes none
+  bool filter_packed = false;
+};
+
+void Plan::State::create_engine(Isa isa) {
+  if (isa == Isa::reference) {
+    engine = make_reference_engine(problem);
+    return;
+  }
+  const EngineRequest request{problem, threads, isa};
+  for (const EngineFactory& factory : cpu_engines()) {
+    std::string why_not;
+    engine = factory.create(request, why_not);
+    if (engine) return;
+    declined.push_back(std::string(factory.name) + ": " + why_not);
+  }
+  throw Error(ErrorCode::internal, "", "no engine accepts the problem " + problem.describe());
+}
+
+Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.problem = problem;
+  s.threads = resolve_threads(options.threads);
+  const Isa isa = resolve_isa(options.isa);
+  try {
+    s.create_engine(isa);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::out_of_memory, "", "not enough memory to plan " + problem.describe());
+  }
+  if (options.verbose) {
+    for (const auto& d : s.declined) std::cerr << "conv3d-dx: declined " << d << '\n';
+    std::cerr << "conv3d-dx: engine " << s.engine->name() << " (isa " << to_string(isa) << ", " << s.threads
+              << " threads) for " << problem.describe() << '\n';
+  }
+}
+
+Plan::~Plan() = default;
+Plan::Plan(Plan&&) noexcept = default;
+Plan& Plan::operator=(Plan&&) noexcept = default;
+
+const Problem& Plan::problem() const { return state_->problem; }
+std::string Plan::engine_name() const { return state_->engine->name(); }
+const std::vector<std::string>& Plan::declined() const { return state_->declined; }
+std::size_t Plan::workspace_bytes() const { return state_->engine->workspace_bytes(); }
+int Plan::threads() const { return state_->threads; }
+
+void Plan::pack_filter(const void* filter) {
+  require(filter, "filter");
+  state_->engine->pack_filter(filter);
+  state_->filter_packed = true;
+}
+
+void Plan::execute_packed(const void* out_backprop, void* y, void* workspace) {
+  State& s = *state_;
+  if (!s.filter_packed)
+    throw Error(ErrorCode::invalid_argument, "filter", "filter has not been packed: call pack_filter first");
+  if (s.problem.y_elements() == 0) return;  // N == 0: an empty y, nothing to read or write
+  require(out_backprop, "out_backprop");
+  require(y, "y");
+  if (workspace == nullptr && s.engine->workspace_bytes() > 0) {
+    if (s.workspace.size() < s.engine->workspace_bytes()) {
+      try {
+        s.workspace.resize(s.engine->workspace_bytes());
+      } catch (const std::bad_alloc&) {
+        throw Error(
+            ErrorCode::out_of_memory, "workspace",
+            "workspace of " + std::to_string(s.engine->workspace_bytes()) + " bytes could not be allocated");
+      }
+    }
+    workspace = s.workspace.data();
+  }
+  s.engine->execute(out_backprop, y, workspace);
+}
+
+void Plan::execute(const void* out_backprop, const void* filter, void* y, void* workspace) {
+  pack_filter(filter);
+  execute_packed(out_backprop, y, workspace);
+}
+
+void conv3d_backprop_input(const ProblemSpec& spec, const Options& options) {
+  const Problem problem = validate(spec);
+  if (problem.y_elements() == 0) return;
+  require(spec.out_backprop.data, "out_backprop");
+  require(spec.filter.data, "filter");
+  require(spec.y.data, "y");
+  Plan plan(problem, options);
+  plan.execute(spec.out_backprop.data, spec.filter.data, spec.y.data);
+}
+
+}  // namespace conv3d_dx

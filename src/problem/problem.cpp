@@ -1,0 +1,49 @@
+#include <sstream>
+
+#include "problem/checked.hpp"
+
+namespace conv3d_dx {
+
+TensorView TensorView::contiguous(const void* data, DType dtype, Layout layout,
+                                  std::array<std::int64_t, 5> shape) {
+  TensorView v;
+  v.data = const_cast<void*>(data);  // inputs are never written through a view
+  v.dtype = dtype;
+  v.layout = layout;
+  v.shape = shape;
+  std::int64_t stride = 1;
+  for (int i = 4; i >= 0; --i) {
+    v.strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+  return v;
+}
+
+std::int64_t Problem::y_elements() const { return N * Cin() * in[0] * in[1] * in[2]; }
+
+double Problem::flops() const {
+  return 2.0 * static_cast<double>(N) * static_cast<double>(Cout()) * static_cast<double>(out[0]) *
+         static_cast<double>(out[1]) * static_cast<double>(out[2]) * static_cast<double>(Cin_g) *
+         static_cast<double>(kernel[0]) * static_cast<double>(kernel[1]) * static_cast<double>(kernel[2]);
+}
+
+std::string Problem::describe() const {
+  auto triple = [](const std::array<std::int64_t, 3>& a) {
+    return std::to_string(a[0]) + "x" + std::to_string(a[1]) + "x" + std::to_string(a[2]);
+  };
+  const char* rounding[] = {"none", "hf32", "fp16"};
+  std::ostringstream s;
+  s << "N=" << N << " Cin=" << Cin() << " Cout=" << Cout() << " groups=" << G << " y=" << triple(in)
+    << " dy=" << triple(out) << " kernel=" << triple(kernel) << " stride=" << triple(stride)
+    << " dilation=" << triple(dilation) << " pads=" << pad_front[0] << "," << pad_back[0] << ","
+    << pad_front[1] << "," << pad_back[1] << "," << pad_front[2] << "," << pad_back[2]
+    << " dtype=" << to_string(dy_dtype);
+  if (filter_dtype != dy_dtype) s << " filter_dtype=" << to_string(filter_dtype);
+  s << " y_dtype=" << to_string(y_dtype) << " data_format=" << to_string(data_format)
+    << " filter_format=" << to_string(filter_format)
+    << " input_rounding=" << rounding[static_cast<int>(input_rounding)]
+    << " overflow=" << (overflow == OverflowMode::saturate ? "saturate" : "ieee");
+  return s.str();
+}
+
+}  // namespace conv3d_dx

@@ -1,0 +1,262 @@
+// The one place where arguments become a Problem: every rule of SPEC §2-3 is checked here, before anything
+// is computed or written, and each failure names the parameter, the value and the rule.
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "problem/checked.hpp"
+
+namespace conv3d_dx {
+namespace {
+
+constexpr std::int64_t kMaxDim = 2147483647;  // 2^31 - 1
+constexpr std::int64_t kMaxGroups = 65535;
+constexpr const char* kAxis[5] = {"N", "C", "D", "H", "W"};
+constexpr const char* kFilterAxis[5] = {"Cout", "Cin_g", "kD", "kH", "kW"};
+
+[[noreturn]] void fail(const std::string& parameter, const std::string& message) {
+  throw Error(ErrorCode::invalid_argument, parameter, parameter + " " + message);
+}
+
+std::string join(const std::int64_t* v, std::size_t n) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Position of canonical axis c (N, C, D, H, W) in a feature map laid out as `layout`.
+int feature_position(Layout layout, int c) {
+  static constexpr int ndhwc[5] = {0, 4, 1, 2, 3};
+  return layout == Layout::NDHWC ? ndhwc[c] : c;
+}
+
+// Position of canonical filter axis c (Cout, Cin_g, kD, kH, kW) in `layout`.
+int filter_position(Layout layout, int c) {
+  static constexpr int ndhwc[5] = {0, 4, 1, 2, 3};
+  static constexpr int dhwcn[5] = {4, 3, 0, 1, 2};
+  if (layout == Layout::NDHWC) return ndhwc[c];
+  if (layout == Layout::DHWCN) return dhwcn[c];
+  return c;
+}
+
+// Shape and strides of a view in canonical order, after checking its rank-independent rules.
+struct Canonical {
+  std::array<std::int64_t, 5> shape, strides;
+};
+
+Canonical canonicalize(const TensorView& v, bool is_filter) {
+  Canonical c{};
+  for (int i = 0; i < 5; ++i) {
+    const int p = is_filter ? filter_position(v.layout, i) : feature_position(v.layout, i);
+    c.shape[i] = v.shape[p];
+    c.strides[i] = v.strides[p];
+  }
+  return c;
+}
+
+void check_dims(const std::string& name, const std::array<std::int64_t, 5>& shape, const char* const* axes,
+                bool batch_may_be_zero) {
+  for (int i = 0; i < 5; ++i) {
+    const std::int64_t lo = (batch_may_be_zero && i == 0) ? 0 : 1;
+    if (shape[i] < lo || shape[i] > kMaxDim)
+      fail(name, std::string(axes[i]) + " is " + std::to_string(shape[i]) + " but must be in [" +
+                     std::to_string(lo) + ", 2147483647]");
+  }
+}
+
+// Element count and largest element offset must fit in 64 bits; negative strides are not accepted.
+void check_extent(const std::string& name, const Canonical& c, const char* const* axes) {
+  std::int64_t elements = 1, last = 0;
+  for (int i = 0; i < 5; ++i) {
+    if (c.strides[i] < 0)
+      fail(name,
+           std::string("stride of ") + axes[i] + " is " + std::to_string(c.strides[i]) + " but must be >= 0");
+    elements = checked_mul(elements, c.shape[i], name);
+    if (c.shape[i] > 0) last = checked_add(last, checked_mul(c.shape[i] - 1, c.strides[i], name), name);
+  }
+  checked_mul(checked_add(last, 1, name), 8, name);  // byte offsets of the widest type fit as well
+}
+
+// y is written, so no two of its elements may share memory: with axes sorted by stride, each stride
+// must step over everything the smaller axes span.
+void check_no_overlap(const Canonical& c) {
+  std::array<int, 5> order{0, 1, 2, 3, 4};
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return c.strides[a] < c.strides[b]; });
+  std::int64_t span = 1;
+  for (int i : order) {
+    if (c.shape[i] <= 1) continue;
+    if (c.strides[i] < span)
+      fail("y", std::string("strides ") + join(c.strides.data(), 5) +
+                    " make elements overlap; y must not alias itself (stride of " + kAxis[i] + " is " +
+                    std::to_string(c.strides[i]) + ", needs >= " + std::to_string(span) + ")");
+    span = c.strides[i] * c.shape[i];
+  }
+}
+
+bool is_8bit(DType t) { return t == DType::hif8 || t == DType::fp8_e4m3fn; }
+
+void check_dtypes(const ProblemSpec& spec) {
+  const DType dy = spec.out_backprop.dtype, w = spec.filter.dtype;
+  for (auto [name, t] : {std::pair{"out_backprop", dy}, {"filter", w}, {"y", spec.y.dtype}})
+    if (static_cast<unsigned>(t) > static_cast<unsigned>(DType::fp8_e4m3fn))
+      fail(name, "dtype " + std::to_string(static_cast<int>(t)) + " is not a known dtype");
+  if (dy != w) {
+    if (!spec.allow_mixed_dtypes)
+      fail("filter", std::string("dtype is ") + to_string(w) + " but out_backprop is " + to_string(dy) +
+                         "; both must have the same dtype");
+    if (is_8bit(dy) || is_8bit(w))
+      fail("filter", std::string("dtype is ") + to_string(w) + " but out_backprop is " + to_string(dy) +
+                         "; hif8 and fp8_e4m3fn cannot be mixed with other dtypes");
+  }
+  if (spec.attrs.enable_hf32 && (dy != DType::f32 || w != DType::f32))
+    fail("enable_hf32",
+         std::string("is set but the inputs are ") + to_string(dy) + "; HF32 applies to fp32 only");
+  if (spec.attrs.enable_hf32 && spec.input_rounding == InputRounding::fp16)
+    fail("enable_hf32", "is set together with fp16 input rounding; choose one");
+}
+
+}  // namespace
+
+Problem validate(const ProblemSpec& spec) {
+  const Attributes& a = spec.attrs;
+  if (a.data_format != Layout::NCDHW && a.data_format != Layout::NDHWC)
+    fail("data_format", std::string("is ") + to_string(a.data_format) + " but must be NDHWC or NCDHW");
+  const Layout fmt = a.data_format;
+
+  // input_size: 5 values in data_format order, or 4 with D = 1 inserted.
+  if (a.input_size.size() != 5 && a.input_size.size() != 4)
+    fail("input_size", "has " + std::to_string(a.input_size.size()) + " values but must have 4 or 5");
+  std::array<std::int64_t, 5> input_size{};  // in data_format order
+  if (a.input_size.size() == 5) {
+    std::copy(a.input_size.begin(), a.input_size.end(), input_size.begin());
+  } else {  // N,C,H,W or N,H,W,C
+    const auto& s = a.input_size;
+    input_size = fmt == Layout::NCDHW ? std::array<std::int64_t, 5>{s[0], s[1], 1, s[2], s[3]}
+                                      : std::array<std::int64_t, 5>{s[0], 1, s[1], s[2], s[3]};
+  }
+  std::array<std::int64_t, 5> y_shape{};  // canonical N, C, D, H, W
+  for (int i = 0; i < 5; ++i) y_shape[i] = input_size[feature_position(fmt, i)];
+  {
+    for (int i = 0; i < 5; ++i) {
+      const std::int64_t lo = i == 0 ? 0 : 1;
+      if (y_shape[i] < lo || y_shape[i] > kMaxDim)
+        fail("input_size", std::string(kAxis[i]) + " is " + std::to_string(y_shape[i]) + " but must be in [" +
+                               std::to_string(lo) + ", 2147483647]");
+    }
+  }
+
+  // strides and dilations: N and C entries are 1, D, H, W >= 1.
+  for (auto [name, values] : {std::pair{"strides", &a.strides}, {"dilations", &a.dilations}}) {
+    for (int i = 0; i < 5; ++i) {
+      const std::int64_t v = (*values)[feature_position(fmt, i)];
+      if (i < 2 && v != 1)
+        fail(name, join(values->data(), 5) + ": the " + kAxis[i] + " entry is " + std::to_string(v) +
+                       " but must be 1 (data_format " + to_string(fmt) + ")");
+      if (i >= 2 && (v < 1 || v > kMaxDim))
+        fail(name, join(values->data(), 5) + ": the " + kAxis[i] + " entry is " + std::to_string(v) +
+                       " but must be in [1, 2147483647]");
+    }
+  }
+  for (int i = 0; i < 6; ++i)
+    if (a.pads[i] < 0 || a.pads[i] > kMaxDim)
+      fail("pads", join(a.pads.data(), 6) + ": entry " + std::to_string(i) + " is " +
+                       std::to_string(a.pads[i]) + " but pads must be in [0, 2147483647]");
+  if (a.groups < 1 || a.groups > kMaxGroups)
+    fail("groups", "is " + std::to_string(a.groups) + " but must be in [1, 65535]");
+
+  check_dtypes(spec);
+  if (spec.input_rounding != InputRounding::none && spec.input_rounding != InputRounding::hf32 &&
+      spec.input_rounding != InputRounding::fp16)
+    fail("input_rounding",
+         "is " + std::to_string(static_cast<int>(spec.input_rounding)) + ", not a known mode");
+  if (spec.overflow != OverflowMode::ieee && spec.overflow != OverflowMode::saturate)
+    fail("overflow", "is " + std::to_string(static_cast<int>(spec.overflow)) + ", not a known mode");
+
+  // The three views: layouts, dims, extents.
+  if (spec.out_backprop.layout != fmt)
+    fail("out_backprop", std::string("layout is ") + to_string(spec.out_backprop.layout) +
+                             " but must equal data_format " + to_string(fmt));
+  if (spec.y.layout != fmt)
+    fail("y", std::string("layout is ") + to_string(spec.y.layout) + " but must equal data_format " +
+                  to_string(fmt));
+  if (spec.filter.layout != Layout::NCDHW && spec.filter.layout != Layout::NDHWC &&
+      spec.filter.layout != Layout::DHWCN)
+    fail("filter", "layout is " + std::to_string(static_cast<int>(spec.filter.layout)) +
+                       " but must be NCDHW, NDHWC or DHWCN");
+  const Canonical dy = canonicalize(spec.out_backprop, false);
+  const Canonical w = canonicalize(spec.filter, true);
+  const Canonical y = canonicalize(spec.y, false);
+  check_dims("out_backprop", dy.shape, kAxis, true);
+  check_dims("filter", w.shape, kFilterAxis, false);
+  check_dims("y", y.shape, kAxis, true);
+  for (int i = 0; i < 5; ++i)
+    if (y.shape[i] != y_shape[i])
+      fail("y", std::string(kAxis[i]) + " is " + std::to_string(y.shape[i]) + " but input_size says " +
+                    std::to_string(y_shape[i]));
+
+  Problem p;
+  p.N = y_shape[0];
+  p.G = a.groups;
+  if (y_shape[1] % a.groups != 0)
+    fail("groups", "is " + std::to_string(a.groups) + " but input_size C (" + std::to_string(y_shape[1]) +
+                       ") is not divisible by it");
+  if (w.shape[1] * a.groups != y_shape[1])
+    fail("filter", "Cin_g is " + std::to_string(w.shape[1]) + " but input_size C (" +
+                       std::to_string(y_shape[1]) + ") / groups (" + std::to_string(a.groups) + ") is " +
+                       std::to_string(y_shape[1] / a.groups));
+  if (w.shape[0] % a.groups != 0)
+    fail("groups", "is " + std::to_string(a.groups) + " but filter Cout (" + std::to_string(w.shape[0]) +
+                       ") is not divisible by it");
+  if (dy.shape[0] != p.N)
+    fail("out_backprop",
+         "N is " + std::to_string(dy.shape[0]) + " but input_size N is " + std::to_string(p.N));
+  if (dy.shape[1] != w.shape[0])
+    fail("out_backprop",
+         "C is " + std::to_string(dy.shape[1]) + " but filter Cout is " + std::to_string(w.shape[0]));
+  p.Cin_g = w.shape[1];
+  p.Cout_g = w.shape[0] / a.groups;
+
+  for (int ax = 0; ax < 3; ++ax) {
+    const int c = ax + 2;
+    p.in[ax] = y_shape[c];
+    p.kernel[ax] = w.shape[c];
+    p.stride[ax] = a.strides[feature_position(fmt, c)];
+    p.dilation[ax] = a.dilations[feature_position(fmt, c)];
+    p.pad_front[ax] = a.pads[2 * ax];
+    p.pad_back[ax] = a.pads[2 * ax + 1];
+    // All terms are below 2^31 (dims, pads) or 2^62 (dilated kernel): no overflow in 64 bits.
+    const std::int64_t padded = p.in[ax] + p.pad_front[ax] + p.pad_back[ax];
+    const std::int64_t dilated = (p.kernel[ax] - 1) * p.dilation[ax] + 1;
+    if (padded < dilated)
+      fail("input_size", std::string(kAxis[c]) + " + pads (" + std::to_string(padded) +
+                             ") is smaller than the dilated filter " + kAxis[c] + " (" +
+                             std::to_string(dilated) + ")");
+    const std::int64_t expected = (padded - dilated) / p.stride[ax] + 1;
+    if (dy.shape[c] != expected)
+      fail("out_backprop", std::string(kAxis[c]) + " is " + std::to_string(dy.shape[c]) +
+                               " but input_size, filter, strides, pads and dilations imply " +
+                               std::to_string(expected));
+    p.out[ax] = expected;
+  }
+
+  check_extent("out_backprop", dy, kAxis);
+  check_extent("filter", w, kFilterAxis);
+  check_extent("y", y, kAxis);
+  check_no_overlap(y);
+  // Work counts used by engines (taps per y element times elements) must fit too.
+  checked_mul(checked_mul(checked_mul(p.N, p.G * p.Cin_g, "y"), p.in[0] * p.in[1], "y"), p.in[2], "y");
+
+  p.dy_dtype = spec.out_backprop.dtype;
+  p.filter_dtype = spec.filter.dtype;
+  p.y_dtype = spec.y.dtype;
+  p.data_format = fmt;
+  p.filter_format = spec.filter.layout;
+  p.input_rounding = a.enable_hf32 ? InputRounding::hf32 : spec.input_rounding;
+  p.overflow = spec.overflow;
+  p.dy_strides = dy.strides;
+  p.filter_strides = w.strides;
+  p.y_strides = y.strides;
+  return p;
+}
+
+}  // namespace conv3d_dx

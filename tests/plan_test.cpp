@@ -1,0 +1,236 @@
+// The Plan API end to end: whichever engine the CPU gets by default, and the reference engine, against the
+// oracle over random sweeps of every dtype and layout, plus the edge cases SPEC §1 and issue 2 name.
+#include <cfloat>
+#include <cmath>
+
+#include "common/engine.hpp"
+#include "numeric/numeric.hpp"
+#include "support/testing.hpp"
+
+namespace conv3d_dx::testing {
+namespace {
+
+// Runs the case through a Plan with the given options; y holds the result.
+Problem run(Instance& inst, const Options& options = {}) {
+  const Problem p = validate(inst.spec);
+  Plan plan(p, options);
+  plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
+  return p;
+}
+
+class Sweep : public ::testing::TestWithParam<std::tuple<DType, Layout>> {};
+
+TEST_P(Sweep, DefaultEngineMatchesReference) {
+  const auto [dtype, fmt] = GetParam();
+  std::mt19937_64 rng(100 + static_cast<int>(dtype) * 2 + static_cast<int>(fmt));
+  for (Layout ffmt : kFilterFormats)
+    for (int rep = 0; rep < 6; ++rep) {
+      Case c = random_case(rng, dtype, fmt, ffmt);
+      c.strided_views = rep % 3 == 2;
+      if (rep == 4) c.y_dtype = DType::f32;  // fp32 y for any input dtype
+      const Fill kind = rep % 2 ? Fill::random : Fill::small_integers;
+      Instance inst = instantiate(c, rng, kind);
+      const Problem p = run(inst);
+      ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypesAndLayouts, Sweep,
+                         ::testing::Combine(::testing::ValuesIn(kAllDtypes),
+                                            ::testing::ValuesIn(kDataFormats)),
+                         [](const auto& test) {
+                           return std::string(to_string(std::get<0>(test.param))) + "_" +
+                                  to_string(std::get<1>(test.param));
+                         });
+
+TEST(Plan, ReferenceEngineMatchesReference) {
+  std::mt19937_64 rng(7);
+  for (DType t : kAllDtypes) {
+    Instance inst = instantiate(random_case(rng, t, Layout::NCDHW, Layout::DHWCN), rng, Fill::random);
+    Options o;
+    o.isa = Isa::reference;
+    const Problem p = validate(inst.spec);
+    Plan plan(p, o);
+    EXPECT_EQ(plan.engine_name(), "reference");
+    plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
+    EXPECT_TRUE(matches_reference(p, inst));
+  }
+}
+
+TEST(Plan, StrideLargerThanKernelLeavesUnreachedPositionsZero) {
+  Case c;
+  c.Cin = 3;
+  c.Cout = 2;
+  c.in = {7, 9, 8};
+  c.kernel = {2, 1, 2};
+  c.stride = {3, 4, 3};
+  c.pad_front = {1, 0, 2};
+  std::mt19937_64 rng(8);
+  Instance inst = instantiate(c, rng, Fill::small_integers);
+  const Problem p = run(inst);
+  ASSERT_TRUE(matches_reference(p, inst));
+  int zeros = 0;
+  for (std::int64_t d = 0; d < c.in[0]; ++d)
+    for (std::int64_t h = 0; h < c.in[1]; ++h)
+      for (std::int64_t w = 0; w < c.in[2]; ++w) {
+        const bool reached = (d + 1) % 3 < 2 && h % 4 == 0 && (w + 2) % 3 < 2 && (d + 1) / 3 < p.out[0] &&
+                             h / 4 < p.out[1] && (w + 2) / 3 < p.out[2];
+        if (reached) continue;
+        for (std::int64_t ch = 0; ch < c.Cin; ++ch) {
+          const double v = element(inst.y, {0, ch, d, h, w});
+          ASSERT_EQ(v, 0.0);
+          ASSERT_FALSE(std::signbit(v)) << "unreached positions are +0";
+          ++zeros;
+        }
+      }
+  EXPECT_GT(zeros, 100);
+}
+
+TEST(Plan, EdgeShapes) {
+  std::mt19937_64 rng(9);
+  std::vector<Case> cases;
+  Case k1;  // kernel 1, stride 2
+  k1.kernel = {1, 1, 1};
+  k1.stride = {2, 2, 2};
+  k1.in = {4, 5, 6};
+  cases.push_back(k1);
+  Case ones;  // every size 1
+  ones.Cin = ones.Cout = 1;
+  ones.in = {1, 1, 1};
+  ones.kernel = {1, 1, 1};
+  cases.push_back(ones);
+  Case wide;  // Cout > 1000
+  wide.Cout = 1031;
+  wide.Cin = 3;
+  wide.in = {2, 3, 3};
+  wide.kernel = {2, 2, 2};
+  wide.pad_front = {1, 0, 1};
+  cases.push_back(wide);
+  Case flat;  // a 2-D problem written as D = 1
+  flat.in = {1, 6, 6};
+  flat.kernel = {1, 3, 3};
+  flat.stride = {1, 2, 2};
+  flat.pad_back = {0, 1, 1};
+  cases.push_back(flat);
+  for (const Case& base : cases)
+    for (DType t : kAllDtypes)
+      for (Layout fmt : kDataFormats) {
+        Case c = with_dtype(base, t);
+        c.data_format = fmt;
+        Instance inst = instantiate(c, rng, Fill::small_integers);
+        const Problem p = run(inst);
+        ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+      }
+}
+
+TEST(Plan, FourValueInputSize) {
+  Case c;
+  c.in = {1, 7, 5};
+  c.kernel = {1, 3, 2};
+  c.stride = {1, 2, 1};
+  c.pad_front = {0, 1, 0};
+  std::mt19937_64 rng(10);
+  for (Layout fmt : kDataFormats) {
+    c.data_format = fmt;
+    Instance inst = instantiate(c, rng, Fill::small_integers);
+    inst.spec.attrs.input_size =
+        fmt == Layout::NDHWC ? std::vector<std::int64_t>{1, 7, 5, 4} : std::vector<std::int64_t>{1, 4, 7, 5};
+    const Problem p = run(inst);
+    EXPECT_TRUE(matches_reference(p, inst)) << c.name();
+  }
+}
+
+TEST(Plan, BitwiseIdenticalForOneAndTwoThreads) {
+  std::mt19937_64 rng(14);
+  for (DType t : kAllDtypes)
+    for (Layout fmt : kDataFormats) {
+      Case c = random_case(rng, t, fmt, Layout::NCDHW);
+      c.Cin *= 3;
+      c.Cout *= 5;
+      c.groups = 1;
+      Instance inst = instantiate(c, rng, Fill::random);
+      Options options;
+      options.threads = 1;
+      run(inst, options);
+      const Tensor one = inst.y;
+      fill_canary(inst.y);
+      options.threads = 2;
+      run(inst, options);
+      ASSERT_EQ(one.bytes, inst.y.bytes) << c.name();
+    }
+}
+
+TEST(Plan, PackOnceExecuteMany) {
+  std::mt19937_64 rng(15);
+  Case c = random_case(rng, DType::bf16, Layout::NDHWC, Layout::NDHWC);
+  Instance inst = instantiate(c, rng, Fill::random);
+  const Problem p = validate(inst.spec);
+  Plan plan(p);
+  EXPECT_THROW(plan.execute_packed(inst.dy.view.data, inst.y.view.data), Error);  // nothing packed yet
+  plan.pack_filter(inst.filter.view.data);
+  std::vector<unsigned char> workspace(plan.workspace_bytes() + 1);
+  for (int run = 0; run < 3; ++run) {
+    fill(inst.dy, rng, Fill::random);
+    plan.execute_packed(inst.dy.view.data, inst.y.view.data, workspace.data());
+    ASSERT_TRUE(matches_reference(p, inst)) << "run " << run;
+  }
+  // The packed filter is the engine's own copy: changing the caller's filter has no effect until repacked.
+  const std::vector<unsigned char> before = inst.y.bytes;
+  fill(inst.filter, rng, Fill::random);
+  plan.execute_packed(inst.dy.view.data, inst.y.view.data);
+  EXPECT_EQ(inst.y.bytes, before);
+  plan.pack_filter(inst.filter.view.data);
+  plan.execute_packed(inst.dy.view.data, inst.y.view.data);
+  EXPECT_TRUE(matches_reference(p, inst));
+}
+
+TEST(Plan, OverflowModes) {
+  Case c;
+  c.Cin = c.Cout = 1;
+  c.in = {1, 1, 4};
+  c.kernel = {1, 1, 1};
+  std::mt19937_64 rng(16);
+  for (DType t : {DType::f16, DType::bf16, DType::hif8, DType::fp8_e4m3fn})
+    for (OverflowMode mode : {OverflowMode::ieee, OverflowMode::saturate}) {
+      c.dtype = DType::f32;
+      c.y_dtype = t;
+      c.overflow = mode;
+      Instance inst = instantiate(c, rng, Fill::small_integers);
+      const float dy[] = {FLT_MAX, -FLT_MAX, 2.0f, std::nanf("")};
+      for (int i = 0; i < 4; ++i)
+        numeric::store_f32(DType::f32, inst.dy.view.data, i, dy[i], OverflowMode::ieee);
+      numeric::store_f32(DType::f32, inst.filter.view.data, 0, 1.0f, OverflowMode::ieee);
+      const Problem p = run(inst);
+      ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+      const double big = element(inst.y, {0, 0, 0, 0, 0});
+      if (mode == OverflowMode::saturate) {
+        EXPECT_TRUE(std::isfinite(big)) << to_string(t);
+      } else {
+        EXPECT_FALSE(std::isfinite(big)) << to_string(t);
+      }
+      EXPECT_EQ(element(inst.y, {0, 0, 0, 0, 2}), 2.0);
+    }
+}
+
+TEST(Plan, IsaRequestsAreResolvedOrRefused) {
+  std::mt19937_64 rng(17);
+  Instance inst = instantiate(random_case(rng, DType::f32, Layout::NDHWC, Layout::NCDHW), rng, Fill::random);
+  const Problem p = validate(inst.spec);
+  for (Isa isa : {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::portable}) {
+    Options o;
+    o.isa = isa;
+    if (!cpu_supports(isa)) {
+      EXPECT_THROW(Plan(p, o), Error) << to_string(isa);
+      continue;
+    }
+    Plan plan(p, o);
+    plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
+    EXPECT_TRUE(matches_reference(p, inst)) << to_string(isa) << " engine " << plan.engine_name();
+  }
+  Options bad;
+  bad.threads = -1;
+  EXPECT_THROW(Plan(p, bad), Error);
+}
+
+}  // namespace
+}  // namespace conv3d_dx::testing

@@ -1,0 +1,271 @@
+// One bad input per validation rule: each must throw an Error naming the parameter and the offending
+// value, and leave y untouched (canary-filled).
+#include <functional>
+
+#include "support/testing.hpp"
+
+namespace conv3d_dx::testing {
+namespace {
+
+struct BadInput {
+  const char* label;
+  std::function<void(ProblemSpec&)> mutate;
+  const char* parameter;  // Error::parameter()
+  const char* mentions;   // a piece of the message: the value or the rule
+  ErrorCode code = ErrorCode::invalid_argument;
+};
+
+// A valid NDHWC problem: N 2, Cin 4, Cout 6, groups 2, y 5x6x7, kernel 3x2x3, stride 2x1x2, pads 1,0,0,1,1,1.
+Case base_case() {
+  Case c;
+  c.N = 2;
+  c.Cin = 4;
+  c.Cout = 6;
+  c.groups = 2;
+  c.in = {5, 6, 7};
+  c.kernel = {3, 2, 3};
+  c.stride = {2, 1, 2};
+  c.pad_front = {1, 0, 1};
+  c.pad_back = {0, 1, 1};
+  return c;
+}
+
+const std::vector<BadInput>& bad_inputs() {
+  static const std::vector<BadInput> cases = {
+      {"data_format DHWCN", [](ProblemSpec& s) { s.attrs.data_format = Layout::DHWCN; }, "data_format",
+       "DHWCN"},
+      {"input_size 3 values", [](ProblemSpec& s) { s.attrs.input_size.resize(3); }, "input_size", "3 values"},
+      {"input_size 6 values", [](ProblemSpec& s) { s.attrs.input_size.push_back(1); }, "input_size",
+       "6 values"},
+      {"input_size negative N", [](ProblemSpec& s) { s.attrs.input_size[0] = -1; }, "input_size", "-1"},
+      {"input_size C zero", [](ProblemSpec& s) { s.attrs.input_size[4] = 0; }, "input_size", "C is 0"},
+      {"input_size D zero", [](ProblemSpec& s) { s.attrs.input_size[1] = 0; }, "input_size", "D is 0"},
+      {"input_size W above 2^31-1", [](ProblemSpec& s) { s.attrs.input_size[3] = 2147483648; }, "input_size",
+       "2147483648"},
+      {"strides N not 1", [](ProblemSpec& s) { s.attrs.strides[0] = 2; }, "strides", "N entry is 2"},
+      {"strides C not 1", [](ProblemSpec& s) { s.attrs.strides[4] = 3; }, "strides", "C entry is 3"},
+      {"strides D zero", [](ProblemSpec& s) { s.attrs.strides[1] = 0; }, "strides", "D entry is 0"},
+      {"strides H negative", [](ProblemSpec& s) { s.attrs.strides[2] = -1; }, "strides", "H entry is -1"},
+      {"dilations N not 1", [](ProblemSpec& s) { s.attrs.dilations[0] = 2; }, "dilations", "N entry is 2"},
+      {"dilations C not 1", [](ProblemSpec& s) { s.attrs.dilations[4] = 0; }, "dilations", "C entry is 0"},
+      {"dilations W zero", [](ProblemSpec& s) { s.attrs.dilations[3] = 0; }, "dilations", "W entry is 0"},
+      {"pads negative", [](ProblemSpec& s) { s.attrs.pads[3] = -2; }, "pads", "-2"},
+      {"pads above 2^31-1", [](ProblemSpec& s) { s.attrs.pads[0] = 1LL << 40; }, "pads", "1099511627776"},
+      {"groups zero", [](ProblemSpec& s) { s.attrs.groups = 0; }, "groups", "is 0"},
+      {"groups above 65535", [](ProblemSpec& s) { s.attrs.groups = 65536; }, "groups", "65536"},
+      {"groups not dividing Cin", [](ProblemSpec& s) { s.attrs.groups = 3; }, "groups", "not divisible"},
+      {"filter Cin_g times groups not Cin", [](ProblemSpec& s) { s.attrs.groups = 1; }, "filter",
+       "Cin_g is 2"},
+      {"groups not dividing Cout",
+       [](ProblemSpec& s) {
+         s.attrs.groups = 4;
+         s.attrs.input_size[4] = 8;
+         s.y.shape[4] = 8;
+       },
+       "groups", "filter Cout (6)"},
+      {"out_backprop C not filter Cout", [](ProblemSpec& s) { s.out_backprop.shape[4] = 5; }, "out_backprop",
+       "C is 5"},
+      {"out_backprop N not input_size N", [](ProblemSpec& s) { s.out_backprop.shape[0] = 3; }, "out_backprop",
+       "N is 3"},
+      {"out_backprop D wrong", [](ProblemSpec& s) { s.out_backprop.shape[1] += 1; }, "out_backprop",
+       "D is 3 but input_size, filter, strides, pads and dilations imply 2"},
+      {"out_backprop H wrong", [](ProblemSpec& s) { s.out_backprop.shape[2] -= 1; }, "out_backprop",
+       "imply 6"},
+      {"out_backprop W wrong", [](ProblemSpec& s) { s.out_backprop.shape[3] = 1; }, "out_backprop",
+       "imply 4"},
+      {"out_backprop zero H", [](ProblemSpec& s) { s.out_backprop.shape[2] = 0; }, "out_backprop", "H is 0"},
+      {"out_backprop layout differs", [](ProblemSpec& s) { s.out_backprop.layout = Layout::NCDHW; },
+       "out_backprop", "data_format NDHWC"},
+      {"y layout differs", [](ProblemSpec& s) { s.y.layout = Layout::NCDHW; }, "y", "data_format NDHWC"},
+      {"y shape not input_size", [](ProblemSpec& s) { s.y.shape[2] = 7; }, "y", "input_size says 6"},
+      {"filter layout unknown", [](ProblemSpec& s) { s.filter.layout = static_cast<Layout>(7); }, "filter",
+       "7"},
+      {"filter kD zero", [](ProblemSpec& s) { s.filter.shape[2] = 0; }, "filter", "kD is 0"},
+      {"filter Cout negative", [](ProblemSpec& s) { s.filter.shape[0] = -6; }, "filter", "Cout is -6"},
+      {"filter larger than padded input",
+       [](ProblemSpec& s) {
+         s.filter.shape[3] = 9;  // kH 9 > 6 + 0 + 1
+       },
+       "input_size", "dilated filter H (9)"},
+      {"dilation makes filter too large", [](ProblemSpec& s) { s.attrs.dilations[3] = 5; }, "input_size",
+       "dilated filter W (11)"},
+      {"dtype mismatch", [](ProblemSpec& s) { s.filter.dtype = DType::bf16; }, "filter", "same dtype"},
+      {"hif8 mixed even when mixing allowed",
+       [](ProblemSpec& s) {
+         s.allow_mixed_dtypes = true;
+         s.filter.dtype = DType::hif8;
+       },
+       "filter", "cannot be mixed"},
+      {"unknown dtype", [](ProblemSpec& s) { s.y.dtype = static_cast<DType>(9); }, "y", "dtype 9"},
+      {"hf32 with bf16",
+       [](ProblemSpec& s) {
+         s.out_backprop.dtype = s.filter.dtype = DType::bf16;
+         s.attrs.enable_hf32 = true;
+       },
+       "enable_hf32", "bf16"},
+      {"hf32 with fp16 rounding",
+       [](ProblemSpec& s) {
+         s.attrs.enable_hf32 = true;
+         s.input_rounding = InputRounding::fp16;
+       },
+       "enable_hf32", "fp16"},
+      {"unknown overflow mode", [](ProblemSpec& s) { s.overflow = static_cast<OverflowMode>(5); }, "overflow",
+       "5"},
+      {"negative view stride", [](ProblemSpec& s) { s.out_backprop.strides[2] = -4; }, "out_backprop", "-4"},
+      {"y overlapping itself", [](ProblemSpec& s) { s.y.strides[3] = 1; }, "y", "overlap"},
+      {"y offsets overflow 64 bits", [](ProblemSpec& s) { s.y.strides[0] = 1LL << 61; }, "y", "64 bits",
+       ErrorCode::size_overflow},
+      {"filter offsets overflow 64 bits", [](ProblemSpec& s) { s.filter.strides[0] = 1LL << 62; }, "filter",
+       "64 bits", ErrorCode::size_overflow},
+      {"y element count overflows",
+       [](ProblemSpec& s) {
+         // Every dim within [1, 2^31-1], but N*C*D*H*W exceeds 2^63.
+         s.attrs.input_size = {2147483647, 2147483647, 2147483647, 7, 4};
+         s.y.shape = {2147483647, 2147483647, 2147483647, 7, 4};
+         s.out_backprop.shape = {2147483647, 1073741823, 2147483647, 4, 6};
+         s.attrs.pads = {1, 0, 0, 1, 1, 1};
+       },
+       "", "64 bits", ErrorCode::size_overflow},
+  };
+  return cases;
+}
+
+class Validation : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(Validation, RejectsWithParameterAndLeavesYUntouched) {
+  const BadInput& bad = bad_inputs()[GetParam()];
+  std::mt19937_64 rng(1);
+  Instance inst = instantiate(base_case(), rng, Fill::small_integers);
+  ASSERT_NO_THROW(validate(inst.spec)) << "the base case must be valid";
+  ProblemSpec spec = inst.spec;
+  bad.mutate(spec);
+  try {
+    conv3d_backprop_input(spec);
+    FAIL() << bad.label << ": accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), bad.code) << bad.label << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(bad.mentions), std::string::npos)
+        << bad.label << ": message \"" << e.what() << "\" lacks \"" << bad.mentions << "\"";
+    if (*bad.parameter) {
+      EXPECT_EQ(e.parameter(), bad.parameter) << bad.label << ": " << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind(bad.parameter, 0), 0u) << "the message starts with the parameter";
+    }
+  }
+  EXPECT_TRUE(canary_intact(inst.y)) << bad.label << ": y was written";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryRule, Validation, ::testing::Range<std::size_t>(0, bad_inputs().size()),
+                         [](const auto& test) {
+                           std::string name = bad_inputs()[test.param].label;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
+
+TEST(Validation, AtLeastFortyRules) { EXPECT_GE(bad_inputs().size(), 40u); }
+
+TEST(Validation, NullPointersAreErrorsAndWriteNothing) {
+  std::mt19937_64 rng(2);
+  Instance inst = instantiate(base_case(), rng, Fill::small_integers);
+  for (const char* which : {"out_backprop", "filter", "y"}) {
+    ProblemSpec spec = inst.spec;
+    if (std::string(which) == "out_backprop") spec.out_backprop.data = nullptr;
+    if (std::string(which) == "filter") spec.filter.data = nullptr;
+    if (std::string(which) == "y") spec.y.data = nullptr;
+    try {
+      conv3d_backprop_input(spec);
+      FAIL() << which << " null accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::null_pointer);
+      EXPECT_EQ(e.parameter(), which);
+    }
+    EXPECT_TRUE(canary_intact(inst.y));
+  }
+}
+
+TEST(Validation, FourValueInputSizeInsertsDepthOne) {
+  Case c = base_case();
+  c.in = {1, 6, 7};
+  c.kernel = {1, 2, 3};
+  c.stride = {1, 1, 2};
+  c.pad_front = {0, 0, 1};
+  c.pad_back = {0, 1, 1};
+  std::mt19937_64 rng(3);
+  Instance inst = instantiate(c, rng, Fill::small_integers);
+  inst.spec.attrs.input_size = {2, 6, 7, 4};  // N, H, W, C
+  const Problem p = validate(inst.spec);
+  EXPECT_EQ(p.in, (std::array<std::int64_t, 3>{1, 6, 7}));
+  inst.spec.attrs.data_format = Layout::NCDHW;
+  inst.spec.attrs.input_size = {2, 4, 6, 7};
+  EXPECT_THROW(validate(inst.spec), Error);  // the views are still NDHWC
+}
+
+TEST(Validation, ZeroBatchIsAnEmptySuccess) {
+  Case c = base_case();
+  c.N = 0;
+  std::mt19937_64 rng(4);
+  Instance inst = instantiate(c, rng, Fill::small_integers);
+  const Problem p = validate(inst.spec);
+  EXPECT_EQ(p.y_elements(), 0);
+  EXPECT_NO_THROW(conv3d_backprop_input(inst.spec));
+  EXPECT_TRUE(canary_intact(inst.y));
+}
+
+TEST(Compatibility, ReportsEachProductsLimits) {
+  std::mt19937_64 rng(5);
+  Case c = base_case();
+  c.groups = 1;
+  Instance inst = instantiate(c, rng, Fill::small_integers);
+  auto verdicts = ascend_compatibility(validate(inst.spec));
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_TRUE(verdicts[0].accepted);
+  EXPECT_TRUE(verdicts[1].accepted);
+
+  inst.spec.attrs.strides[2] = 64;  // H stride beyond A2/A3's 63; shapes follow
+  inst.spec.attrs.pads = {1, 0, 300, 0, 1, 1};
+  inst.spec.out_backprop.shape[2] = (6 + 300 - 2) / 64 + 1;
+  verdicts = ascend_compatibility(validate(inst.spec));
+  EXPECT_FALSE(verdicts[0].accepted);
+  ASSERT_EQ(verdicts[0].violations.size(), 2u);
+  EXPECT_NE(verdicts[0].violations[0].find("strides H is 64"), std::string::npos)
+      << verdicts[0].violations[0];
+  EXPECT_NE(verdicts[0].violations[1].find("pads H front is 300"), std::string::npos)
+      << verdicts[0].violations[1];
+  EXPECT_TRUE(verdicts[1].accepted);
+}
+
+TEST(Compatibility, Ascend950RejectsGroupsWithNdhwcAndLowPrecisionOutsideNcdhw) {
+  std::mt19937_64 rng(6);
+  Instance inst = instantiate(base_case(), rng, Fill::small_integers);  // groups 2, NDHWC
+  auto verdicts = ascend_compatibility(validate(inst.spec));
+  EXPECT_TRUE(verdicts[0].accepted);
+  EXPECT_FALSE(verdicts[1].accepted);
+  EXPECT_NE(verdicts[1].violations.at(0).find("groups 2"), std::string::npos);
+
+  Case c = with_dtype(base_case(), DType::hif8);
+  c.groups = 1;
+  Instance low = instantiate(c, rng, Fill::small_integers);
+  verdicts = ascend_compatibility(validate(low.spec));
+  EXPECT_FALSE(verdicts[0].accepted);  // A2/A3: fp16, bf16, fp32 only
+  EXPECT_FALSE(verdicts[1].accepted);  // 950: hif8 needs NCDHW everywhere
+  c.data_format = Layout::NCDHW;
+  Instance ncdhw = instantiate(c, rng, Fill::small_integers);
+  verdicts = ascend_compatibility(validate(ncdhw.spec));
+  EXPECT_FALSE(verdicts[0].accepted);
+  EXPECT_TRUE(verdicts[1].accepted);
+}
+
+TEST(Compatibility, FilterHeightAndWidthLimitApplyEverywhere) {
+  Case c;
+  c.in = {1, 2, 600};
+  c.kernel = {1, 1, 600};
+  std::mt19937_64 rng(7);
+  Instance inst = instantiate(c, rng, Fill::small_integers);
+  for (const auto& v : ascend_compatibility(validate(inst.spec))) {
+    EXPECT_FALSE(v.accepted) << v.product;
+    EXPECT_NE(v.violations.at(0).find("filter W is 600"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace conv3d_dx::testing
