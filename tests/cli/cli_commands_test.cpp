@@ -1,0 +1,235 @@
+// validate, bench, demo, help and version, through the executable.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <variant>
+
+#include "support.hpp"
+
+namespace conv3d_dx::cli::testing {
+namespace {
+
+// A flat JSON object of strings and numbers, as bench --json prints; fails the test on anything else.
+using JsonValue = std::variant<std::string, double>;
+std::map<std::string, JsonValue> parse_flat_json(const std::string& text) {
+  std::map<std::string, JsonValue> out;
+  std::size_t i = 0;
+  const auto ws = [&] {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  };
+  const auto str = [&]() -> std::string {
+    std::string s;
+    EXPECT_EQ(text.at(i), '"');
+    for (++i; i < text.size() && text[i] != '"'; ++i) {
+      if (text[i] == '\\') ++i;
+      s += text.at(i);
+    }
+    ++i;
+    return s;
+  };
+  ws();
+  EXPECT_EQ(text.at(i++), '{') << text;
+  while (true) {
+    ws();
+    const std::string key = str();
+    ws();
+    EXPECT_EQ(text.at(i++), ':') << text;
+    ws();
+    if (text.at(i) == '"') {
+      out[key] = str();
+    } else {
+      std::size_t used = 0;
+      out[key] = std::stod(text.substr(i), &used);
+      i += used;
+    }
+    ws();
+    if (text.at(i) == ',') {
+      ++i;
+      continue;
+    }
+    EXPECT_EQ(text.at(i++), '}') << text;
+    break;
+  }
+  ws();
+  EXPECT_EQ(i, text.size()) << "trailing text in " << text;
+  return out;
+}
+
+const std::vector<std::string> kValidGrouped = {"validate",    "--out-backprop-shape",
+                                                "1,4,8,8,6",   "--filter-shape",
+                                                "6,2,3,3,3",   "--input-size",
+                                                "1,4,8,8,4",   "--strides",
+                                                "1,1,1,1,1",   "--pads",
+                                                "1,1,1,1,1,1", "--groups",
+                                                "2",           "--dtype",
+                                                "bf16"};
+
+TEST(Validate, ValidProblemPrintsItAndTheCompatibilityReport) {
+  const ProcessResult r = run_cli(kValidGrouped);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line : {"problem: ", "groups 2", "bf16", "valid: yes",
+                           "Ascend compatibility:", "Atlas A2/A3 training and inference series: accepted",
+                           "Ascend 950PR/950DT: not accepted", "groups 2 > 1 is not supported with NDHWC"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << "missing '" << line << "' in\n" << r.out;
+  }
+}
+
+TEST(Validate, ReportsEachProductsViolations) {
+  // Stride H 64 is beyond the A2/A3 limit of 63; NCDHW hif8 suits the 950.
+  const ProcessResult r = run_cli({"validate", "--out-backprop-shape", "1,3,4,1,8", "--filter-shape",
+                                   "3,2,3,3,3", "--input-size", "1,2,4,8,8", "--strides", "1,1,1,64,1",
+                                   "--pads", "1,1,1,1,1,1", "--data-format", "NCDHW", "--dtype", "hif8"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Atlas A2/A3 training and inference series: not accepted"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("strides H is 64"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dtype hif8 is not supported"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Ascend 950PR/950DT: accepted"), std::string::npos) << r.out;
+}
+
+TEST(Validate, TwoDimensionalShapes) {
+  const ProcessResult r =
+      run_cli({"validate", "--out-backprop-shape", "2,8,5,3", "--filter-shape", "8,4,3,3", "--input-size",
+               "2,4,10,6", "--strides", "1,1,2,2", "--pads", "1,0,1,0", "--data-format", "NCDHW"});
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("valid: yes"), std::string::npos);
+}
+
+TEST(Validate, InvalidProblemsExit2AndSayWhy) {
+  struct Bad {
+    std::string flag, value, needle;
+  };
+  for (const Bad& b : std::vector<Bad>{{"--strides", "1,0,1,1,1", "invalid strides"},
+                                       {"--pads", "1,1,1,1,1,3", "invalid out_backprop"},
+                                       {"--groups", "3", "invalid groups"},
+                                       {"--dtype", "fp16", "invalid enable_hf32"},
+                                       {"--filter-shape", "6,2,3,3", "--filter-shape"}}) {
+    std::vector<std::string> args = kValidGrouped;
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == b.flag) args[i + 1] = b.value;
+    }
+    if (b.flag == "--dtype") args.push_back("--hf32");
+    const ProcessResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << b.flag;
+    EXPECT_NE(r.err.find(b.needle), std::string::npos) << r.err;
+    if (b.flag != "--filter-shape") {
+      EXPECT_NE(r.out.find("valid: no"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find(b.needle), std::string::npos) << r.out;
+    }
+  }
+}
+
+const std::vector<std::string> kTinyBench = {"bench",
+                                             "--out-backprop-shape",
+                                             "1,2,3,3,4",
+                                             "--filter-shape",
+                                             "4,2,2,2,2",
+                                             "--input-size",
+                                             "1,3,4,4,2",
+                                             "--strides",
+                                             "1,1,1,1,1",
+                                             "--pads",
+                                             "0,0,0,0,0,0",
+                                             "--repeat",
+                                             "2",
+                                             "--warmup",
+                                             "1",
+                                             "--threads",
+                                             "1"};
+
+TEST(Bench, JsonHasEveryFieldWithSensibleValues) {
+  std::vector<std::string> args = kTinyBench;
+  args.insert(args.end(), {"--json", "--name", "tiny", "--dtype", "bf16", "--filter-format", "DHWCN"});
+  args[2] = "1,2,3,3,4";
+  args[4] = "2,2,2,2,4";  // DHWCN filter [kD, kH, kW, Cin_g, Cout]
+  const ProcessResult r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one object per problem: " << r.out;
+  const auto obj = parse_flat_json(r.out);
+  const auto text = [&](const std::string& k) {
+    EXPECT_TRUE(obj.count(k) && std::holds_alternative<std::string>(obj.at(k))) << k << " in " << r.out;
+    return obj.count(k) && std::holds_alternative<std::string>(obj.at(k)) ? std::get<std::string>(obj.at(k))
+                                                                          : "";
+  };
+  const auto number = [&](const std::string& k) {
+    EXPECT_TRUE(obj.count(k) && std::holds_alternative<double>(obj.at(k))) << k << " in " << r.out;
+    return obj.count(k) && std::holds_alternative<double>(obj.at(k)) ? std::get<double>(obj.at(k)) : -1.0;
+  };
+  EXPECT_EQ(text("name"), "tiny");
+  EXPECT_EQ(text("dtype"), "bf16");
+  EXPECT_EQ(text("data_format"), "NDHWC");
+  EXPECT_EQ(text("filter_format"), "DHWCN");
+  EXPECT_FALSE(text("isa").empty());
+  EXPECT_FALSE(text("engine").empty());
+  EXPECT_EQ(number("threads"), 1);
+  for (const char* k : {"median_ms", "min_ms", "max_ms", "packed_median_ms", "gflops"})
+    EXPECT_GT(number(k), 0) << k;
+  EXPECT_LE(number("min_ms"), number("median_ms"));
+  EXPECT_LE(number("median_ms"), number("max_ms"));
+  // 2 * N * Cout * Do * Ho * Wo * Cin_g * kD * kH * kW
+  EXPECT_EQ(number("flops"), 2.0 * 1 * 4 * 2 * 3 * 3 * 2 * 2 * 2 * 2);
+  EXPECT_GE(number("workspace_bytes"), 0);
+}
+
+TEST(Bench, TableAndErrors) {
+  const ProcessResult table = run_cli(kTinyBench);
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("median_ms"), std::string::npos);
+  EXPECT_NE(table.out.find("custom"), std::string::npos) << table.out;
+
+  struct Bad {
+    std::vector<std::string> extra;
+    std::string needle;
+  };
+  for (const Bad& b : std::vector<Bad>{{{"--suite", "default"}, "--suite"},
+                                       {{"--suite", "huge"}, "--suite"},
+                                       {{"--repeat", "0"}, "--repeat"},
+                                       {{"--warmup", "-1"}, "--warmup"},
+                                       {{"--json=yes"}, "--json"}}) {
+    std::vector<std::string> args = kTinyBench;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == b.extra[0])
+        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i),
+                   args.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+    }
+    args.insert(args.end(), b.extra.begin(), b.extra.end());
+    const ProcessResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << b.needle << ": " << r.err;
+    EXPECT_NE(r.err.find(b.needle), std::string::npos) << r.err;
+  }
+  const ProcessResult bad_suite = run_cli({"bench", "--suite", "default", "--groups", "2"});
+  EXPECT_EQ(bad_suite.exit_code, 2);
+  EXPECT_NE(bad_suite.err.find("--groups"), std::string::npos) << bad_suite.err;
+}
+
+TEST(Demo, QuickDemoPassesItsCheck) {
+  const ProcessResult r = run_cli({"demo", "--quick", "--threads", "2"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("demo passed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GFLOP/s"), std::string::npos);
+  EXPECT_EQ(r.out.find("FAILED"), std::string::npos);
+}
+
+TEST(Help, EveryCommandHasHelpAndVersionWorks) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--help"}, {"run", "--help"}, {"validate", "--help"}, {"demo", "--help"}, {"bench", "--help"}}) {
+    const ProcessResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << args[0];
+    EXPECT_NE(r.out.find("usage: conv3d-dx"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("Exit status"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(run_cli({"run", "--help"}).out.find("--out-backprop DY.npy"), std::string::npos);
+  const ProcessResult v = run_cli({"--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.out.rfind("conv3d-dx ", 0), 0u) << v.out;
+
+  const ProcessResult none = run_cli({});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("usage"), std::string::npos);
+  const ProcessResult unknown = run_cli({"frobnicate"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("frobnicate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace conv3d_dx::cli::testing

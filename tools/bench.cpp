@@ -1,0 +1,220 @@
+// `conv3d-dx bench`: times Plan::execute on random data, for one problem given by shapes or for the suite.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "check.hpp"
+#include "commands.hpp"
+#include "common/engine.hpp"
+#include "problem_args.hpp"
+#include "suite.hpp"
+
+namespace conv3d_dx::cli {
+
+namespace {
+
+const char* const kBenchHelp =
+    R"(usage: conv3d-dx bench --out-backprop-shape a,b,c,d,e --filter-shape a,b,c,d,e --input-size a,b,c,d,e
+                       --strides a,b,c,d,e --pads f,b,t,b,l,r [options]
+       conv3d-dx bench --suite default [--dtype D] [--data-format F] [--filter-format F] [options]
+
+Times the operator on random data. The timed region is Plan::execute(dy, filter, y): plain tensors in, plain
+y out, the filter packed anew on each call (what a training step pays). packed_median_ms is the median with
+the filter packed once (Plan::pack_filter, then Plan::execute_packed). GFLOP/s counts
+2*N*Cout*Do*Ho*Wo*Cin/G*kD*kH*kW per call, with the median time. --suite default runs the benchmark suite
+(a-i and our own shapes) in the selected dtype (default fp32) and layouts (default NDHWC data, NCDHW filter).
+
+Exit status: 0 success, 2 invalid parameters, 1 other failures.
+
+options:
+)";
+
+std::vector<FlagSpec> bench_flags() {
+  std::vector<FlagSpec> flags = {
+      {"--out-backprop-shape", "a,b,c,d,e", "shape of out_backprop in data-format order"},
+      {"--filter-shape", "a,b,c,d,e", "shape of the filter in filter-format order"},
+      {"--suite", "default", "run the benchmark suite instead of one problem"},
+      {"--name", "NAME", "name of the problem in the output (default: custom)"},
+      {"--repeat", "R", "timed calls per problem (default 10)"},
+      {"--warmup", "W", "untimed calls before timing (default 2)"},
+      {"--json", "", "print one JSON object per problem instead of a table"},
+  };
+  for (FlagSpec& f : attribute_flags()) flags.push_back(std::move(f));
+  return flags;
+}
+
+struct Job {
+  std::string name;
+  ProblemSpec spec;
+};
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+};
+
+Timing summarise(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  return {n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2, ms.front(), ms.back()};
+}
+
+template <class F>
+Timing time_calls(int warmup, int repeat, F&& call) {
+  for (int i = 0; i < warmup; ++i) call();
+  std::vector<double> ms;
+  for (int i = 0; i < repeat; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return summarise(std::move(ms));
+}
+
+// A 5-D shape from canonical [N, C, D, H, W] order into `layout` order (filters: [Cout, Cin_g, kD, kH, kW]).
+Shape5 from_canonical(const Shape5& c, Layout layout) {
+  switch (layout) {
+    case Layout::NCDHW:
+      return c;
+    case Layout::NDHWC:
+      return {c[0], c[2], c[3], c[4], c[1]};
+    case Layout::DHWCN:
+      return {c[2], c[3], c[4], c[1], c[0]};
+  }
+  return c;
+}
+
+std::vector<Job> suite_jobs(const ParsedAttributes& base) {
+  std::vector<Job> jobs;
+  const bool ncdhw = base.attrs.data_format == Layout::NCDHW;
+  for (const suite::Shape& s : suite::default_suite()) {
+    const suite::CanonicalShapes c = suite::canonical_shapes(s);
+    ParsedAttributes pa = base;
+    const Shape5 y = from_canonical(c.y, base.attrs.data_format);
+    pa.attrs.input_size.assign(y.begin(), y.end());
+    pa.attrs.strides = ncdhw ? Shape5{1, 1, s.stride[0], s.stride[1], s.stride[2]}
+                             : Shape5{1, s.stride[0], s.stride[1], s.stride[2], 1};
+    pa.attrs.dilations = ncdhw ? Shape5{1, 1, s.dilation[0], s.dilation[1], s.dilation[2]}
+                               : Shape5{1, s.dilation[0], s.dilation[1], s.dilation[2], 1};
+    pa.attrs.pads = {s.pad[0], s.pad[0], s.pad[1], s.pad[1], s.pad[2], s.pad[2]};
+    pa.attrs.groups = s.groups;
+    jobs.push_back(
+        {s.name, make_spec(pa, from_canonical(c.dy, base.attrs.data_format),
+                           from_canonical(c.filter, base.filter_format), base.dtype.value_or(DType::f32))});
+  }
+  return jobs;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+int bench_command(const std::vector<std::string>& argv) {
+  const std::vector<FlagSpec> flags = bench_flags();
+  if (wants_help(argv)) {
+    std::cout << kBenchHelp << format_flags(flags);
+    return 0;
+  }
+  const Args args(argv, flags, "bench");
+  const auto suite_name = args.get("--suite");
+  if (suite_name) {
+    if (*suite_name != "default")
+      throw usage_error("--suite", "'" + *suite_name + "' is not a suite (default)");
+    for (const char* f : {"--out-backprop-shape", "--filter-shape", "--input-size", "--strides", "--pads",
+                          "--dilations", "--groups", "--name"}) {
+      if (args.has(f)) throw usage_error("--suite", std::string("cannot be combined with ") + f);
+    }
+  }
+  const ParsedAttributes pa = parse_attributes(args, suite_name.has_value());
+  const int repeat = static_cast<int>(parse_int("--repeat", args.get("--repeat").value_or("10"), 1, 1000000));
+  const int warmup = static_cast<int>(parse_int("--warmup", args.get("--warmup").value_or("2"), 0, 1000000));
+  const bool json = args.has("--json");
+
+  std::vector<Job> jobs;
+  if (suite_name) {
+    jobs = suite_jobs(pa);
+  } else {
+    const std::vector<std::size_t> counts =
+        pa.two_d() ? std::vector<std::size_t>{5, 4} : std::vector<std::size_t>{5};
+    const auto dy = parse_int_list("--out-backprop-shape", args.required("--out-backprop-shape"), counts);
+    const auto w = parse_int_list("--filter-shape", args.required("--filter-shape"), counts);
+    const Shape5 dy5 = to_5d(dy, pa.attrs.data_format, pa.two_d(), "--out-backprop-shape");
+    const Shape5 w5 = to_5d(w, pa.filter_format, pa.two_d(), "--filter-shape");
+    jobs.push_back(
+        {args.get("--name").value_or("custom"), make_spec(pa, dy5, w5, pa.dtype.value_or(DType::f32))});
+  }
+  // Validate everything before timing anything.
+  std::vector<Problem> problems;
+  for (const Job& job : jobs) problems.push_back(validate(job.spec));
+
+  const bool progress = jobs.size() > 1 && ::isatty(STDERR_FILENO);
+  const std::string isa = to_string(pa.options.isa == Isa::best ? detect_isa() : pa.options.isa);
+  if (!json) {
+    std::printf("%-10s %-10s %-5s %-5s %3s %-11s %-24s %10s %10s %10s %10s %9s %12s\n", "name", "dtype",
+                "data", "filt", "thr", "isa", "engine", "median_ms", "min_ms", "max_ms", "packed_ms",
+                "GFLOP/s", "workspace");
+  }
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    const Problem& p = problems[j];
+    if (progress) std::fprintf(stderr, "[%zu/%zu] %s ...\n", j + 1, jobs.size(), jobs[j].name.c_str());
+    Plan plan(p, pa.options);
+    const ProblemSpec& spec = jobs[j].spec;
+    const std::int64_t dy_n = element_count(spec.out_backprop.shape), w_n = element_count(spec.filter.shape);
+    std::vector<std::byte> dy(static_cast<std::size_t>(std::max<std::int64_t>(dy_n, 1)) *
+                              dtype_size(p.dy_dtype));
+    std::vector<std::byte> w(static_cast<std::size_t>(std::max<std::int64_t>(w_n, 1)) *
+                             dtype_size(p.filter_dtype));
+    std::vector<std::byte> y(static_cast<std::size_t>(std::max<std::int64_t>(p.y_elements(), 1)) *
+                             dtype_size(p.y_dtype));
+    std::vector<std::byte> workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+    fill_random(p.dy_dtype, dy.data(), dy_n, 1 + j);
+    fill_random(p.filter_dtype, w.data(), w_n, 1001 + j);
+
+    const Timing t =
+        time_calls(warmup, repeat, [&] { plan.execute(dy.data(), w.data(), y.data(), workspace.data()); });
+    plan.pack_filter(w.data());
+    const Timing packed =
+        time_calls(warmup, repeat, [&] { plan.execute_packed(dy.data(), y.data(), workspace.data()); });
+    const double gflops = t.median_ms > 0 ? p.flops() / (t.median_ms * 1e6) : 0;
+
+    if (json) {
+      std::printf(
+          "{\"name\": %s, \"dtype\": \"%s\", \"data_format\": \"%s\", \"filter_format\": \"%s\", "
+          "\"threads\": %d, "
+          "\"isa\": \"%s\", \"engine\": %s, \"median_ms\": %.6g, \"min_ms\": %.6g, \"max_ms\": %.6g, "
+          "\"packed_median_ms\": %.6g, \"gflops\": %.6g, \"flops\": %.17g, \"workspace_bytes\": %zu, "
+          "\"repeat\": %d, \"problem\": %s}\n",
+          json_string(jobs[j].name).c_str(), to_string(p.dy_dtype), to_string(p.data_format),
+          to_string(p.filter_format), plan.threads(), isa.c_str(), json_string(plan.engine_name()).c_str(),
+          t.median_ms, t.min_ms, t.max_ms, packed.median_ms, gflops, p.flops(), plan.workspace_bytes(),
+          repeat, json_string(p.describe()).c_str());
+    } else {
+      std::printf("%-10s %-10s %-5s %-5s %3d %-11s %-24s %10.3f %10.3f %10.3f %10.3f %9.1f %12zu\n",
+                  jobs[j].name.c_str(), to_string(p.dy_dtype), to_string(p.data_format),
+                  to_string(p.filter_format), plan.threads(), isa.c_str(), plan.engine_name().c_str(),
+                  t.median_ms, t.min_ms, t.max_ms, packed.median_ms, gflops, plan.workspace_bytes());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace conv3d_dx::cli
