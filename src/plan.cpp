@@ -47,17 +47,18 @@ void require(const void* pointer, const char* name) {
 }  // namespace
 
 struct Plan::State {
-  void create_engine(Isa isa);
+  void create_engine();
 
   Problem problem;
   int threads = 1;
+  Isa isa = Isa::portable;
   std::unique_ptr<EngineImpl> engine;
   std::vector<std::string> declined;
   std::vector<unsigned char> workspace;  // used when the caller passes none
   bool filter_packed = false;
 };
 
-void Plan::State::create_engine(Isa isa) {
+void Plan::State::create_engine() {
   if (isa == Isa::reference) {
     engine = make_reference_engine(problem);
     return;
@@ -76,15 +77,15 @@ Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_un
   State& s = *state_;
   s.problem = problem;
   s.threads = resolve_threads(options.threads);
-  const Isa isa = resolve_isa(options.isa);
+  s.isa = resolve_isa(options.isa);
   try {
-    s.create_engine(isa);
+    s.create_engine();
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::out_of_memory, "", "not enough memory to plan " + problem.describe());
   }
   if (options.verbose) {
     for (const auto& d : s.declined) std::cerr << "conv3d-dx: declined " << d << '\n';
-    std::cerr << "conv3d-dx: engine " << s.engine->name() << " (isa " << to_string(isa) << ", " << s.threads
+    std::cerr << "conv3d-dx: engine " << s.engine->name() << " (isa " << to_string(s.isa) << ", " << s.threads
               << " threads) for " << problem.describe() << '\n';
   }
 }
@@ -98,6 +99,7 @@ std::string Plan::engine_name() const { return state_->engine->name(); }
 const std::vector<std::string>& Plan::declined() const { return state_->declined; }
 std::size_t Plan::workspace_bytes() const { return state_->engine->workspace_bytes(); }
 int Plan::threads() const { return state_->threads; }
+Isa Plan::isa() const { return state_->isa; }
 
 void Plan::pack_filter(const void* filter) {
   require(filter, "filter");

@@ -147,6 +147,8 @@ class Plan {
   // Scratch memory execute() needs when the caller passes it in (may be 0).
   std::size_t workspace_bytes() const;
   int threads() const;
+  // The instruction-set level in force: Options::isa, else CONV3D_DX_ISA, else the best the CPU has.
+  Isa isa() const;
 
   // Pack the filter once; execute_packed() then reuses it.
   void pack_filter(const void* filter);
