@@ -29,10 +29,10 @@ typedef struct aclOpExecutor aclOpExecutor;
 /* A view of viewDimsNum dims over a buffer of storageDims elements starting at tensorData. stride (in
  * elements, each >= 0; null means contiguous) and offset (in elements) must keep every element of the view
  * inside the storage. Returns null and sets aclGetRecentErrMsg() when the description is invalid. */
-ACL_FUNC_VISIBILITY aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,
-                                               const int64_t* stride, int64_t offset, aclFormat format,
-                                               const int64_t* storageDims, uint64_t storageDimsNum,
-                                               void* tensorData);
+ACL_FUNC_VISIBILITY aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum,
+                                               aclDataType dataType, const int64_t* stride, int64_t offset,
+                                               aclFormat format, const int64_t* storageDims,
+                                               uint64_t storageDimsNum, void* tensorData);
 ACL_FUNC_VISIBILITY aclIntArray* aclCreateIntArray(const int64_t* value, uint64_t size);
 ACL_FUNC_VISIBILITY aclBoolArray* aclCreateBoolArray(const bool* value, uint64_t size);
 

@@ -14,11 +14,11 @@ extern "C" {
 #endif
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnConvolutionBackwardGetWorkspaceSize(
-    const aclTensor* gradOutput, const aclTensor* input, const aclTensor* weight, const aclIntArray* biasSizes,
-    const aclIntArray* stride, const aclIntArray* padding, const aclIntArray* dilation, bool transposed,
-    const aclIntArray* outputPadding, int groups, const aclBoolArray* outputMask, int8_t cubeMathType,
-    aclTensor* gradInput, aclTensor* gradWeight, aclTensor* gradBias, uint64_t* workspaceSize,
-    aclOpExecutor** executor);
+    const aclTensor* gradOutput, const aclTensor* input, const aclTensor* weight,
+    const aclIntArray* biasSizes, const aclIntArray* stride, const aclIntArray* padding,
+    const aclIntArray* dilation, bool transposed, const aclIntArray* outputPadding, int groups,
+    const aclBoolArray* outputMask, int8_t cubeMathType, aclTensor* gradInput, aclTensor* gradWeight,
+    aclTensor* gradBias, uint64_t* workspaceSize, aclOpExecutor** executor);
 
 ACL_FUNC_VISIBILITY aclnnStatus aclnnConvolutionBackward(void* workspace, uint64_t workspaceSize,
                                                          aclOpExecutor* executor, aclrtStream stream);
