@@ -75,7 +75,7 @@ void Plan::State::create_engine() {
 
 Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_unique<State>()) {
   State& s = *state_;
-  s.problem = problem;
+  s.problem = validate(problem);
   s.threads = resolve_threads(options.threads);
   s.isa = resolve_isa(options.isa);
   try {

@@ -192,24 +192,50 @@ TEST(Plan, OverflowModes) {
   std::mt19937_64 rng(16);
   for (DType t : {DType::f16, DType::bf16, DType::hif8, DType::fp8_e4m3fn})
     for (OverflowMode mode : {OverflowMode::ieee, OverflowMode::saturate}) {
-      c.dtype = DType::f32;
-      c.y_dtype = t;
+      c = with_dtype(c, t);
       c.overflow = mode;
       Instance inst = instantiate(c, rng, Fill::small_integers);
-      const float dy[] = {FLT_MAX, -FLT_MAX, 2.0f, std::nanf("")};
-      for (int i = 0; i < 4; ++i)
-        numeric::store_f32(DType::f32, inst.dy.view.data, i, dy[i], OverflowMode::ieee);
-      numeric::store_f32(DType::f32, inst.filter.view.data, 0, 1.0f, OverflowMode::ieee);
+      // dy = [max, -max, 1, NaN] of the dtype and w = 2: the first two sums overflow the dtype.
+      const float dy[] = {FLT_MAX, -FLT_MAX, 1.0f, std::nanf("")};
+      for (int i = 0; i < 4; ++i) numeric::store_f32(t, inst.dy.view.data, i, dy[i], OverflowMode::saturate);
+      if (t == DType::f16 || t == DType::bf16) {  // their saturating stores keep NaN; 8-bit ones give 0
+        ASSERT_TRUE(std::isnan(element(inst.dy, {0, 0, 0, 0, 3})));
+      }
+      numeric::store_f32(t, inst.filter.view.data, 0, 2.0f, OverflowMode::ieee);
       const Problem p = run(inst);
       ASSERT_TRUE(matches_reference(p, inst)) << c.name();
-      const double big = element(inst.y, {0, 0, 0, 0, 0});
+      const double big = element(inst.y, {0, 0, 0, 0, 0}), small = element(inst.y, {0, 0, 0, 0, 1});
       if (mode == OverflowMode::saturate) {
-        EXPECT_TRUE(std::isfinite(big)) << to_string(t);
+        EXPECT_TRUE(std::isfinite(big) && std::isfinite(small)) << to_string(t);
+        EXPECT_EQ(big, element(inst.dy, {0, 0, 0, 0, 0})) << "saturates to the largest finite value";
+        EXPECT_EQ(small, -big);
       } else {
         EXPECT_FALSE(std::isfinite(big)) << to_string(t);
+        EXPECT_FALSE(std::isfinite(small)) << to_string(t);
       }
       EXPECT_EQ(element(inst.y, {0, 0, 0, 0, 2}), 2.0);
     }
+}
+
+TEST(Plan, RevalidatesHandMadeProblems) {
+  std::mt19937_64 rng(18);
+  Instance inst = instantiate(random_case(rng, DType::f32, Layout::NDHWC, Layout::NCDHW), rng, Fill::random);
+  Problem p = validate(inst.spec);
+  EXPECT_NO_THROW(Plan{p});
+  Problem zero_stride = p;
+  zero_stride.stride = {0, 1, 1};
+  EXPECT_THROW(Plan{zero_stride}, Error);
+  Problem wrong_out = p;
+  wrong_out.out[2] += 1;
+  try {
+    Plan plan(wrong_out);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.parameter(), "out_backprop") << e.what();
+  }
+  Problem huge = p;
+  huge.Cin_g = huge.G = 1LL << 40;
+  EXPECT_THROW(Plan{huge}, Error);
 }
 
 TEST(Plan, IsaRequestsAreResolvedOrRefused) {

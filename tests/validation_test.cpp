@@ -97,6 +97,16 @@ const std::vector<BadInput>& bad_inputs() {
        },
        "filter", "cannot be mixed"},
       {"unknown dtype", [](ProblemSpec& s) { s.y.dtype = static_cast<DType>(9); }, "y", "dtype 9"},
+      {"y dtype neither input nor fp32", [](ProblemSpec& s) { s.y.dtype = DType::f16; }, "y",
+       "must be the input dtype (fp32) or fp32"},
+      {"y dtype neither input nor fp32 when mixing",
+       [](ProblemSpec& s) {
+         s.allow_mixed_dtypes = true;
+         s.out_backprop.dtype = DType::f16;
+         s.filter.dtype = DType::bf16;
+         s.y.dtype = DType::hif8;  // promotion casts the result to any 16/32-bit type, never to 8 bits
+       },
+       "y", "(fp16 or bf16) or fp32"},
       {"hf32 with bf16",
        [](ProblemSpec& s) {
          s.out_backprop.dtype = s.filter.dtype = DType::bf16;
@@ -161,6 +171,17 @@ INSTANTIATE_TEST_SUITE_P(EveryRule, Validation, ::testing::Range<std::size_t>(0,
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return name;
                          });
+
+TEST(Validation, ContiguousViewsOfHugeShapesReportOverflow) {
+  try {
+    TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, {1, 2147483647, 2147483647, 2147483647, 3});
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::size_overflow);
+    EXPECT_EQ(e.parameter(), "shape");
+    EXPECT_NE(std::string(e.what()).find("2147483647"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Validation, AtLeastFortyRules) { EXPECT_GE(bad_inputs().size(), 40u); }
 

@@ -16,17 +16,15 @@ void fill_random(DType dtype, void* data, std::int64_t n, std::uint64_t seed, fl
 struct CheckResult {
   std::int64_t checked = 0;   // output elements compared
   std::int64_t failures = 0;  // of which outside the tolerance
-  double worst = 0;           // largest |y - ref| seen, in units of the fp32 accumulation allowance
+  double worst = 0;           // largest |y - ref| of fp32 y, in units of 2^-24 * sum|dy*w|
   std::string first_failure;  // where and by how much, when failures > 0
   bool ok() const { return failures == 0; }
 };
 
 // Compares y (read through p.y_strides as p.y_dtype) with reference::compute.
-// fp32 y: |y - ref| <= units * 2^-24 * sum|dy * w| over the contributing terms, + 2^-24 * |ref| (its
-// rounding). Other y types: y must lie between the roundings of ref - allowance and ref + allowance (one
-// rounding of the exact value, widened only where fp32 accumulation error can cross a rounding boundary).
+// Each element must satisfy reference::acceptable (SPEC §4) with reference::fp32_allowance.
 // channel_limit > 0 checks only the first channel_limit input channels of each group (the reference is slow).
 CheckResult check_against_reference(const Problem& p, const void* dy, const void* filter, const void* y,
-                                    std::int64_t channel_limit = 0, double units = 6.0);
+                                    std::int64_t channel_limit = 0);
 
 }  // namespace conv3d_dx::cli

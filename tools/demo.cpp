@@ -8,6 +8,7 @@
 #include "check.hpp"
 #include "commands.hpp"
 #include "problem_args.hpp"
+#include "reference/accuracy.hpp"
 #include "suite.hpp"
 
 namespace conv3d_dx::cli {
@@ -109,7 +110,9 @@ int demo_command(const std::vector<std::string>& argv) {
                 static_cast<long long>(p.y_elements()));
     if (r.ok()) {
       if (c.dtype == DType::f32) {
-        std::printf(", max error %.2f x 2^-24 x sum|dy*w| (allowed 6): ok\n", r.worst);
+        const std::int64_t terms = p.Cout_g * p.kernel[0] * p.kernel[1] * p.kernel[2];
+        std::printf(", max error %.2f x 2^-24 x sum|dy*w| (allowed %.1f): ok\n", r.worst,
+                    reference::fp32_allowance(1.0, terms) * 0x1p24);
       } else {
         std::printf(" within one %s rounding: ok\n", to_string(c.dtype));
       }

@@ -115,6 +115,8 @@ struct ProblemSpec {
   bool allow_mixed_dtypes = false;
 };
 Problem validate(const ProblemSpec&);
+// Checks a Problem built or edited by hand by the same rules (Plan does this); returns it if valid.
+Problem validate(const Problem&);
 
 // Which Ascend products would accept the problem, and which documented limit each violates.
 struct ProductVerdict {

@@ -11,14 +11,16 @@ namespace conv3d_dx {
 inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const std::string& what) {
   std::int64_t r;
   if (__builtin_mul_overflow(a, b, &r))
-    throw Error(ErrorCode::size_overflow, what, what + ": size overflows 64 bits");
+    throw Error(ErrorCode::size_overflow, what,
+                what + " size overflows 64 bits: " + std::to_string(a) + " * " + std::to_string(b));
   return r;
 }
 
 inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const std::string& what) {
   std::int64_t r;
   if (__builtin_add_overflow(a, b, &r))
-    throw Error(ErrorCode::size_overflow, what, what + ": size overflows 64 bits");
+    throw Error(ErrorCode::size_overflow, what,
+                what + " size overflows 64 bits: " + std::to_string(a) + " + " + std::to_string(b));
   return r;
 }
 

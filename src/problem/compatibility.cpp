@@ -28,6 +28,7 @@ void common_limits(const Problem& p, std::vector<std::string>& v) {
                 to_string(p.dy_dtype) + " (a conv3d-dx extension)");
   if (p.input_rounding == InputRounding::fp16)
     v.push_back("fp16 input rounding is an aclnn cubeMathType, not an operator attribute");
+  check_range(v, "out_backprop N", p.N, 1, 2147483647);
   check_range(v, "filter H", p.kernel[1], 1, 511);
   check_range(v, "filter W", p.kernel[2], 1, 511);
 }
@@ -37,9 +38,10 @@ void common_limits(const Problem& p, std::vector<std::string>& v) {
 std::vector<ProductVerdict> ascend_compatibility(const Problem& p) {
   ProductVerdict a23{"Atlas A2/A3 training and inference series", true, {}};
   common_limits(p, a23.violations);
-  if (is_8bit(p.dy_dtype) || is_8bit(p.filter_dtype) || is_8bit(p.y_dtype))
-    a23.violations.push_back(std::string("dtype ") + to_string(p.dy_dtype) +
-                             " is not supported (fp16, bf16 and fp32 only)");
+  for (auto [name, t] : {std::pair{"out_backprop", p.dy_dtype}, {"filter", p.filter_dtype}, {"y", p.y_dtype}})
+    if (is_8bit(t))
+      a23.violations.push_back(std::string(name) + " dtype " + to_string(t) +
+                               " is not supported (fp16, bf16 and fp32 only)");
   check_range(a23.violations, "strides D", p.stride[0], 1, 255);
   check_range(a23.violations, "strides H", p.stride[1], 1, 63);
   check_range(a23.violations, "strides W", p.stride[2], 1, 63);

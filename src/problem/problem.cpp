@@ -14,7 +14,7 @@ TensorView TensorView::contiguous(const void* data, DType dtype, Layout layout,
   std::int64_t stride = 1;
   for (int i = 4; i >= 0; --i) {
     v.strides[i] = stride;
-    stride *= shape[i] > 0 ? shape[i] : 1;
+    if (i > 0) stride = checked_mul(stride, shape[i] > 0 ? shape[i] : 1, "shape");
   }
   return v;
 }

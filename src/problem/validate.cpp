@@ -108,6 +108,14 @@ void check_dtypes(const ProblemSpec& spec) {
       fail("filter", std::string("dtype is ") + to_string(w) + " but out_backprop is " + to_string(dy) +
                          "; hif8 and fp8_e4m3fn cannot be mixed with other dtypes");
   }
+  // y has the input dtype or fp32 (SPEC §2); where aclnn promotes or computes in fp16, the result is cast
+  // to the output's dtype, so any 16/32-bit dtype is fine there.
+  const DType y = spec.y.dtype;
+  const bool cast_result =
+      (spec.allow_mixed_dtypes && !is_8bit(dy)) || spec.input_rounding == InputRounding::fp16;
+  if (y != dy && y != w && y != DType::f32 && !(cast_result && !is_8bit(y)))
+    fail("y", std::string("dtype is ") + to_string(y) + " but must be the input dtype (" + to_string(dy) +
+                  (w != dy ? std::string(" or ") + to_string(w) : std::string()) + ") or fp32");
   if (spec.attrs.enable_hf32 && (dy != DType::f32 || w != DType::f32))
     fail("enable_hf32",
          std::string("is set but the inputs are ") + to_string(dy) + "; HF32 applies to fp32 only");
@@ -257,6 +265,44 @@ Problem validate(const ProblemSpec& spec) {
   p.filter_strides = w.strides;
   p.y_strides = y.strides;
   return p;
+}
+
+Problem validate(const Problem& p) {
+  // Every field of a Problem comes from a ProblemSpec; rebuilding that spec (canonical NCDHW views with the
+  // problem's strides) and validating it again checks a hand-made or edited Problem by the same rules.
+  if (p.data_format != Layout::NCDHW && p.data_format != Layout::NDHWC)
+    fail("data_format",
+         "is " + std::to_string(static_cast<int>(p.data_format)) + " but must be NDHWC or NCDHW");
+  if (p.filter_format != Layout::NCDHW && p.filter_format != Layout::NDHWC &&
+      p.filter_format != Layout::DHWCN)
+    fail("filter", "layout is " + std::to_string(static_cast<int>(p.filter_format)) +
+                       " but must be NCDHW, NDHWC or DHWCN");
+  // Cin and Cout are products; they must fit before anything can be checked.
+  const std::int64_t Cin = checked_mul(p.G, p.Cin_g, "input_size"),
+                     Cout = checked_mul(p.G, p.Cout_g, "filter");
+  ProblemSpec spec;
+  spec.attrs.input_size = {p.N, Cin, p.in[0], p.in[1], p.in[2]};
+  spec.attrs.strides = {1, 1, p.stride[0], p.stride[1], p.stride[2]};
+  spec.attrs.dilations = {1, 1, p.dilation[0], p.dilation[1], p.dilation[2]};
+  spec.attrs.pads = {p.pad_front[0], p.pad_back[0],  p.pad_front[1],
+                     p.pad_back[1],  p.pad_front[2], p.pad_back[2]};
+  spec.attrs.groups = p.G;
+  spec.attrs.data_format = Layout::NCDHW;
+  spec.input_rounding = p.input_rounding;
+  spec.overflow = p.overflow;
+  spec.allow_mixed_dtypes = true;
+  spec.out_backprop = {
+      nullptr, p.dy_dtype, Layout::NCDHW, {p.N, Cout, p.out[0], p.out[1], p.out[2]}, p.dy_strides};
+  spec.filter = {nullptr,
+                 p.filter_dtype,
+                 Layout::NCDHW,
+                 {Cout, p.Cin_g, p.kernel[0], p.kernel[1], p.kernel[2]},
+                 p.filter_strides};
+  spec.y = {nullptr, p.y_dtype, Layout::NCDHW, {p.N, Cin, p.in[0], p.in[1], p.in[2]}, p.y_strides};
+  Problem checked = validate(spec);
+  checked.data_format = p.data_format;
+  checked.filter_format = p.filter_format;
+  return checked;
 }
 
 }  // namespace conv3d_dx
