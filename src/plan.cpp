@@ -10,9 +10,10 @@ namespace conv3d_dx {
 namespace {
 
 int resolve_threads(int requested) {
-  if (requested < 0)
+  constexpr int kMaxThreads = 4096;  // far beyond any machine; stops a typo from spawning a million threads
+  if (requested < 0 || requested > kMaxThreads)
     throw Error(ErrorCode::invalid_argument, "threads",
-                "threads is " + std::to_string(requested) + " but must be >= 0");
+                "threads is " + std::to_string(requested) + " but must be in [0, 4096] (0: all cores)");
   if (requested > 0) return requested;
   const unsigned hw = std::thread::hardware_concurrency();
   return hw > 0 ? static_cast<int>(hw) : 1;

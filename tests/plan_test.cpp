@@ -253,9 +253,11 @@ TEST(Plan, IsaRequestsAreResolvedOrRefused) {
     plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
     EXPECT_TRUE(matches_reference(p, inst)) << to_string(isa) << " engine " << plan.engine_name();
   }
-  Options bad;
-  bad.threads = -1;
-  EXPECT_THROW(Plan(p, bad), Error);
+  for (int threads : {-1, 4097}) {
+    Options bad;
+    bad.threads = threads;
+    EXPECT_THROW(Plan(p, bad), Error) << threads;
+  }
 }
 
 }  // namespace
