@@ -1,7 +1,10 @@
-/* conv3d-dx: aclnnConvolutionBackward, the input-gradient path (SPEC §5). C and C++.
+/* conv3d-dx: aclnnConvolutionBackward (SPEC §5). C and C++.
  *
- * Computes gradInput (outputMask[0]) of a convolution with NCDHW, NCHW or NCL/ND tensors; gradWeight and
- * gradBias (outputMask[1], outputMask[2]) and transposed = true are rejected with ACLNN_ERR_PARAM_INVALID.
+ * Computes gradInput, gradWeight and gradBias (outputMask[0], [1], [2]) of a convolution with NCDHW, NCHW or
+ * NCL/ND tensors: gradWeight has weight's shape and dtype (ACL_FLOAT is also accepted for an 8-bit weight),
+ * gradBias is 1-D [Cout], ACL_FORMAT_ND, with gradOutput's dtype; biasSizes may be null, and when given must
+ * be [Cout]. An output whose mask is false may be null and is not written; all three false computes nothing.
+ * transposed = true is rejected with ACLNN_ERR_PARAM_INVALID.
  * Two phases: GetWorkspaceSize validates, plans and returns an executor; aclnnConvolutionBackward runs it on
  * the stream and releases it. Tensor data is read when the executor runs. */
 #ifndef CONV3D_DX_ACLNNOP_ACLNN_CONVOLUTION_BACKWARD_H

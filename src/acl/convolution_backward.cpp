@@ -1,6 +1,7 @@
-// libopapi: aclnnConvolutionBackward, the input-gradient path. It only translates: the aclnn arguments are
-// checked under their aclnn names, mapped onto a 5-D NCDHW conv3d_dx::ProblemSpec (rank 4 and 3 insert
-// D = 1 and H = 1), and the executor holds the resulting conv3d_dx::Plan until it runs.
+// libopapi: aclnnConvolutionBackward. It only translates: the aclnn arguments are checked under their aclnn
+// names and mapped onto 5-D NCDHW conv3d_dx::ProblemSpecs (rank 4 and 3 insert D = 1 and H = 1). gradInput
+// runs through a conv3d_dx::Plan; gradWeight and gradBias through conv3d_dx::backward, on Problems from the
+// same validate(). The executor holds all of it until it runs.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "aclnnop/aclnn_convolution_backward.h"
+#include "backward/backward.hpp"
 #include "conv3d_dx/conv3d_dx.hpp"
 #include "internal.hpp"
 #include "numeric/numeric.hpp"
@@ -137,23 +139,33 @@ struct ConvBackwardExecutor final : aclOpExecutor {
   const void* dy = nullptr;
   const void* filter = nullptr;
   void* y = nullptr;
-  // USE_FP16 with a gradInput that is not fp16: y is computed as contiguous fp16 into the workspace at
-  // fp16_offset, then converted into gradInput (its 5-D view is final_y).
-  bool via_fp16 = false;
-  std::size_t fp16_offset = 0;
+  // When conv3d_dx cannot write gradInput directly (see prepare), y is computed as contiguous fp32 into the
+  // workspace at f32_offset, then converted into gradInput (its 5-D view is final_y), through fp16 first
+  // under USE_FP16.
+  bool via_f32 = false, through_fp16 = false;
+  std::size_t f32_offset = 0;
   TensorView final_y;
   std::uint64_t workspace_bytes = 0;
+  // gradWeight (outputMask[1]): its problem reads input through y's fields and writes gradWeight through the
+  // filter's (see backward/backward.hpp). gradBias (outputMask[2]): element co at db + co * db_stride.
+  std::optional<Problem> weight_problem, bias_problem;
+  const void* x = nullptr;
+  void* dw = nullptr;
+  void* db = nullptr;
+  DType db_dtype = DType::f32;
+  std::int64_t db_stride = 1;
+  backward::GradientOptions gradient_options;  // threads 0: all hardware threads, as the Plan
 };
 
 struct Arguments {
   const aclTensor *gradOutput, *input, *weight;
-  const aclIntArray *stride, *padding, *dilation;
+  const aclIntArray *biasSizes, *stride, *padding, *dilation;
   bool transposed;
   const aclIntArray* outputPadding;
   int groups;
   const aclBoolArray* outputMask;
   std::int8_t cubeMathType;
-  aclTensor* gradInput;
+  aclTensor *gradInput, *gradWeight, *gradBias;
 };
 
 // Checks a rank-2 int array of stride-like values.
@@ -172,6 +184,15 @@ std::vector<std::int64_t> spatial_values(const aclIntArray& a, const char* name,
   return a.values;
 }
 
+// gradBias: the sums need only the problem's dy and channels.
+void set_bias(ConvBackwardExecutor& e, const Problem& p, const aclTensor& gb) {
+  backward::require_distinct("gradBias", {gb.dims[0], 1, 1, 1, 1}, {gb.strides[0], 0, 0, 0, 0});
+  e.bias_problem = p;
+  e.db = static_cast<char*>(gb.data) + gb.offset * static_cast<std::int64_t>(element_size(gb.dtype));
+  e.db_dtype = to_dtype(gb, "gradBias");
+  e.db_stride = gb.strides[0];
+}
+
 std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
   require(a.gradOutput, "gradOutput", "aclTensor");
   require(a.input, "input", "aclTensor");
@@ -188,10 +209,12 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
   }
   if (a.transposed)
     invalid("transposed is true: the gradients of a transposed convolution are not computed by this library");
-  if (mask[1]) invalid("outputMask[1] is true: gradWeight is not computed by this library (only gradInput)");
-  if (mask[2]) invalid("outputMask[2] is true: gradBias is not computed by this library (only gradInput)");
-  const bool want_input = mask[0];
+  const bool want_input = mask[0], want_weight = mask[1], want_bias = mask[2];
   if (want_input) require(a.gradInput, "gradInput", "aclTensor");
+  if (want_weight) require(a.gradWeight, "gradWeight", "aclTensor");
+  if (want_bias) require(a.gradBias, "gradBias", "aclTensor");
+  // biasSizes is only needed by CANN for empty tensors; it may be null, and is checked when given.
+  if (want_bias && a.biasSizes != nullptr) require(a.biasSizes, "biasSizes", "aclIntArray");
   if (a.cubeMathType < 0 || a.cubeMathType > 3) {
     invalid("cubeMathType is " + std::to_string(a.cubeMathType) +
             " but must be 0 (KEEP_DTYPE), 1 (ALLOW_FP32_DOWN_PRECISION), 2 (USE_FP16) or 3 (USE_HF32)");
@@ -205,7 +228,11 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
             " but must have rank 5 (NCDHW), 4 (NCHW) or 3 (NCL)");
   }
   const std::pair<const aclTensor*, const char*> tensors[] = {
-      {&dy, "gradOutput"}, {&x, "input"}, {&w, "weight"}, {want_input ? a.gradInput : nullptr, "gradInput"}};
+      {&dy, "gradOutput"},
+      {&x, "input"},
+      {&w, "weight"},
+      {want_input ? a.gradInput : nullptr, "gradInput"},
+      {want_weight ? a.gradWeight : nullptr, "gradWeight"}};
   for (auto [t, name] : tensors) {
     if (t == nullptr) continue;
     if (t->dims.size() != rank) {
@@ -214,6 +241,15 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
     }
     check_format(*t, name);
   }
+  if (want_bias) {
+    const aclTensor& gb = *a.gradBias;
+    if (gb.dims.size() != 1)
+      invalid("gradBias has rank " + std::to_string(gb.dims.size()) + " but must have rank 1 ([Cout])");
+    if (gb.format != ACL_FORMAT_ND) {
+      invalid("gradBias format is " + std::to_string(static_cast<int>(gb.format)) +
+              " but must be ACL_FORMAT_ND");
+    }
+  }
 
   // Dtypes: promoted freely among fp32/fp16/bf16; the 8-bit types only with themselves.
   const DType dy_type = to_dtype(dy, "gradOutput"), w_type = to_dtype(w, "weight");
@@ -221,27 +257,58 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
   for (auto [t, name] : tensors) {
     if (t == nullptr) continue;
     to_dtype(*t, name);
-    if ((is_8bit(t->dtype) || is_8bit(dy.dtype)) && t->dtype != dy.dtype) {
+    // An 8-bit weight's gradient may be ACL_FLOAT, as the Ascend 950 requires for ACL_HIFLOAT8.
+    const bool float_weight_gradient = t == a.gradWeight && is_8bit(w.dtype) && t->dtype == ACL_FLOAT;
+    if ((is_8bit(t->dtype) || is_8bit(dy.dtype)) && t->dtype != dy.dtype && !float_weight_gradient) {
       invalid(std::string(name) + " dtype is " + dtype_name(t->dtype) + " but gradOutput is " +
-              dtype_name(dy.dtype) + "; ACL_HIFLOAT8 and ACL_FLOAT8_E4M3FN need every tensor of that dtype");
+              dtype_name(dy.dtype) + "; ACL_HIFLOAT8 and ACL_FLOAT8_E4M3FN need every tensor of that dtype" +
+              (t == a.gradWeight ? " (gradWeight may also be ACL_FLOAT)" : ""));
     }
   }
   if (want_input && a.gradInput->dtype != x.dtype) {
     invalid(std::string("gradInput dtype is ") + dtype_name(a.gradInput->dtype) + " but input is " +
             dtype_name(x.dtype) + "; they must be equal");
   }
+  if (want_weight && a.gradWeight->dtype != w.dtype &&
+      !(is_8bit(w.dtype) && a.gradWeight->dtype == ACL_FLOAT)) {
+    invalid(std::string("gradWeight dtype is ") + dtype_name(a.gradWeight->dtype) + " but weight is " +
+            dtype_name(w.dtype) + "; they must be equal");
+  }
+  if (want_bias) {
+    to_dtype(*a.gradBias, "gradBias");
+    if (a.gradBias->dtype != dy.dtype) {
+      invalid(std::string("gradBias dtype is ") + dtype_name(a.gradBias->dtype) + " but gradOutput is " +
+              dtype_name(dy.dtype) + "; they must be equal");
+    }
+  }
 
   // Shapes and parameters.
   check_dims(x, "input", true);
   check_dims(w, "weight", false);
   check_dims(dy, "gradOutput", true);
-  if (want_input) {
+  const std::pair<const aclTensor*, const char*> same_shape[] = {
+      {want_input ? a.gradInput : nullptr, "input"}, {want_weight ? a.gradWeight : nullptr, "weight"}};
+  for (auto [t, like] : same_shape) {
+    if (t == nullptr) continue;
+    const aclTensor& model = t == a.gradInput ? x : w;
+    const char* name = t == a.gradInput ? "gradInput" : "gradWeight";
     for (std::size_t i = 0; i < rank; ++i) {
-      if (a.gradInput->dims[i] != x.dims[i]) {
-        invalid(std::string("gradInput ") + axis_name(rank, i) + " is " +
-                std::to_string(a.gradInput->dims[i]) + " but input " + axis_name(rank, i) + " is " +
-                std::to_string(x.dims[i]) + "; the shapes must be equal");
+      if (t->dims[i] != model.dims[i]) {
+        invalid(std::string(name) + " " + axis_name(rank, i) + " is " + std::to_string(t->dims[i]) + " but " +
+                like + " " + axis_name(rank, i) + " is " + std::to_string(model.dims[i]) +
+                "; the shapes must be equal");
       }
+    }
+  }
+  if (want_bias) {
+    if (a.gradBias->dims[0] != w.dims[0]) {
+      invalid("gradBias has " + std::to_string(a.gradBias->dims[0]) +
+              " elements but weight N (output channels) is " + std::to_string(w.dims[0]) +
+              "; its shape must be [" + std::to_string(w.dims[0]) + "]");
+    }
+    if (a.biasSizes != nullptr && (a.biasSizes->values.size() != 1 || a.biasSizes->values[0] != w.dims[0])) {
+      invalid("biasSizes is " + join(a.biasSizes->values) + " but must be [" + std::to_string(w.dims[0]) +
+              "] (weight N, the output channels)");
     }
   }
   const std::size_t ns = rank - 2;
@@ -299,11 +366,14 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
     }
   }
 
-  // Data: input's is never read; the others are needed whenever they hold elements.
+  // Data: input's is only read for gradWeight; the others are needed whenever they hold elements.
   if (dy.data == nullptr && elements(dy) > 0) null("gradOutput data (tensorData)");
   if (w.data == nullptr) null("weight data (tensorData)");
+  if (want_weight && x.data == nullptr && elements(x) > 0) null("input data (tensorData)");
   if (want_input && a.gradInput->data == nullptr && elements(*a.gradInput) > 0)
     null("gradInput data (tensorData)");
+  if (want_weight && a.gradWeight->data == nullptr) null("gradWeight data (tensorData)");
+  if (want_bias && a.gradBias->data == nullptr) null("gradBias data (tensorData)");
 
   // The conv3d_dx problem.
   ProblemSpec spec;
@@ -325,41 +395,77 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
                         : (a.cubeMathType == 1 || a.cubeMathType == 3) ? InputRounding::hf32
                                                                        : InputRounding::none;
   auto e = std::make_unique<ConvBackwardExecutor>();
-  if (!want_input) {  // validate the rest as if gradInput were a contiguous tensor like input
-    spec.y = TensorView::contiguous(nullptr, x_type, Layout::NCDHW, view5(x, x_type, nullptr).shape);
-    validate(spec);
+  const TensorView x_view = view5(x, x_type, x.data);
+  e->dy = spec.out_backprop.data;
+  e->gradient_options.through_fp16 = a.cubeMathType == 2;
+  if (want_weight) {
+    // validate() sees gradWeight as the filter, with weight's dtype (gradWeight's own dtype rule is checked
+    // above), and input as a contiguous fp32 y: input is only read, so its view may alias itself and y's
+    // output dtype rule does not apply; aclCreateTensor has bounded its extent. The Problem then takes
+    // input's strides and dtype.
+    ProblemSpec ws = spec;
+    ws.filter = view5(*a.gradWeight, w_type, a.gradWeight->data);
+    ws.y = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, x_view.shape);
+    Problem p;
+    try {
+      p = validate(ws);
+    } catch (const Error& err) {
+      if (err.parameter() != "filter") throw;
+      invalid(std::string("gradWeight: ") + err.what());
+    }
+    backward::require_distinct("gradWeight", ws.filter.shape, ws.filter.strides);
+    p.filter_dtype = to_dtype(*a.gradWeight, "gradWeight");
+    p.y_strides = x_view.strides;
+    p.y_dtype = x_type;
+    e->weight_problem = p;
+    e->x = x_view.data;
+    e->dw = ws.filter.data;
+  }
+  if (!want_input) {  // validate the rest as if gradInput were a contiguous fp32 tensor like input
+    spec.y = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, x_view.shape);
+    const Problem p = validate(spec);
+    if (want_bias) set_bias(*e, p, *a.gradBias);
     return e;
   }
   const aclTensor& gx = *a.gradInput;
   e->final_y = view5(gx, x_type, gx.data);
   spec.y = e->final_y;
-  e->via_fp16 = a.cubeMathType == 2 && x_type != DType::f16;
-  if (e->via_fp16) {  // "the result cast back": computed as fp16 into the workspace first
-    spec.y = TensorView::contiguous(nullptr, DType::f16, Layout::NCDHW, e->final_y.shape);
-  }
+  // conv3d_dx writes y in an input dtype or fp32 (SPEC §2), rounding its fp32 sums once. When promotion gave
+  // input a third dtype, or under USE_FP16 ("computed in fp16, the result cast back") unless gradInput is
+  // fp16 and so an input dtype, y goes through fp32 in the workspace: the same sums, rounded once by the
+  // conversion.
+  e->through_fp16 = a.cubeMathType == 2 && x_type != DType::f16;
+  e->via_f32 = e->through_fp16 || !(x_type == dy_type || x_type == w_type || x_type == DType::f32);
+  if (e->via_f32) spec.y = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, e->final_y.shape);
   e->plan.emplace(validate(spec));
-  e->dy = spec.out_backprop.data;
+  if (want_bias) set_bias(*e, e->plan->problem(), *a.gradBias);
   e->filter = spec.filter.data;
   e->y = e->final_y.data;
-  // Workspace: [slack to align the start to 64 bytes][the plan's scratch][the fp16 result, if any].
-  e->fp16_offset = (e->plan->workspace_bytes() + kAlign - 1) / kAlign * kAlign;
+  // Workspace: [slack to align the start to 64 bytes][the plan's scratch][the fp32 result, if any].
+  e->f32_offset = (e->plan->workspace_bytes() + kAlign - 1) / kAlign * kAlign;
   const std::uint64_t used =
-      e->fp16_offset + (e->via_fp16 ? static_cast<std::uint64_t>(e->plan->problem().y_elements()) * 2 : 0);
+      e->f32_offset + (e->via_f32 ? static_cast<std::uint64_t>(e->plan->problem().y_elements()) * 4 : 0);
   e->workspace_bytes = used > 0 ? used + kAlign : 0;
   return e;
 }
 
+// Order: weight is packed, then gradWeight and gradBias, then gradInput, so that in-place gradients
+// (gradWeight over weight, gradInput over input) read their inputs before they are overwritten.
 void run(ConvBackwardExecutor& e, void* workspace) {
+  if (e.plan) e.plan->pack_filter(e.filter);
+  if (e.weight_problem) backward::weight_gradient(*e.weight_problem, e.dy, e.x, e.dw, e.gradient_options);
+  if (e.bias_problem)
+    backward::bias_gradient(*e.bias_problem, e.dy, e.db, e.db_dtype, e.db_stride, e.gradient_options);
   if (!e.plan) return;
   const auto address = reinterpret_cast<std::uintptr_t>(workspace);
   char* ws = static_cast<char*>(workspace) + ((kAlign - address % kAlign) % kAlign);
   void* plan_ws = e.plan->workspace_bytes() > 0 ? ws : nullptr;
-  if (!e.via_fp16) {
-    e.plan->execute(e.dy, e.filter, e.y, plan_ws);
+  if (!e.via_f32) {
+    e.plan->execute_packed(e.dy, e.y, plan_ws);
     return;
   }
-  void* half = ws + e.fp16_offset;
-  e.plan->execute(e.dy, e.filter, half, plan_ws);
+  void* sums = ws + e.f32_offset;
+  e.plan->execute_packed(e.dy, sums, plan_ws);
   const TensorView& y = e.final_y;
   std::int64_t i = 0;
   for (std::int64_t n = 0; n < y.shape[0]; ++n)
@@ -369,8 +475,9 @@ void run(ConvBackwardExecutor& e, void* workspace) {
           for (std::int64_t x = 0; x < y.shape[4]; ++x, ++i) {
             const std::int64_t at =
                 n * y.strides[0] + c * y.strides[1] + d * y.strides[2] + h * y.strides[3] + x * y.strides[4];
-            numeric::store_f32(y.dtype, y.data, at, numeric::load_f32(DType::f16, half, i),
-                               OverflowMode::ieee);
+            float v = numeric::load_f32(DType::f32, sums, i);
+            if (e.through_fp16) v = numeric::fp16_to_f32(numeric::f32_to_fp16(v, false));
+            numeric::store_f32(y.dtype, y.data, at, v, OverflowMode::ieee);
           }
 }
 
@@ -418,18 +525,19 @@ extern "C" {
 
 aclnnStatus aclnnConvolutionBackwardGetWorkspaceSize(
     const aclTensor* gradOutput, const aclTensor* input, const aclTensor* weight,
-    const aclIntArray* /*biasSizes*/, const aclIntArray* stride, const aclIntArray* padding,
+    const aclIntArray* biasSizes, const aclIntArray* stride, const aclIntArray* padding,
     const aclIntArray* dilation, bool transposed, const aclIntArray* outputPadding, int groups,
-    const aclBoolArray* outputMask, int8_t cubeMathType, aclTensor* gradInput, aclTensor* /*gradWeight*/,
-    aclTensor* /*gradBias*/, uint64_t* workspaceSize, aclOpExecutor** executor) {
+    const aclBoolArray* outputMask, int8_t cubeMathType, aclTensor* gradInput, aclTensor* gradWeight,
+    aclTensor* gradBias, uint64_t* workspaceSize, aclOpExecutor** executor) {
   using namespace conv3d_dx::acl;
   return guarded("aclnnConvolutionBackwardGetWorkspaceSize", [&] {
     if (workspaceSize == nullptr) null("workspaceSize");
     if (executor == nullptr) null("executor");
     *executor = nullptr;
     *workspaceSize = 0;
-    auto e = prepare(Arguments{gradOutput, input, weight, stride, padding, dilation, transposed,
-                               outputPadding, groups, outputMask, cubeMathType, gradInput});
+    auto e =
+        prepare(Arguments{gradOutput, input, weight, biasSizes, stride, padding, dilation, transposed,
+                          outputPadding, groups, outputMask, cubeMathType, gradInput, gradWeight, gradBias});
     const std::uint64_t bytes = e->workspace_bytes;
     *executor = register_executor(std::move(e));
     *workspaceSize = bytes;

@@ -283,7 +283,8 @@ inline AclResult run_aclnn(const Case& c, Tensors& t) {
 }
 
 // The same case through the C++ API on contiguous copies of the inputs: gradInput's elements in row-major
-// order as raw codes. USE_FP16 (cube 2) is fp16 input rounding, an fp16 result, then gradInput's dtype.
+// order as raw codes. USE_FP16 (cube 2) is fp16 input rounding, an fp16 result, then gradInput's dtype. The
+// C++ API writes y in an input dtype or fp32; other gradInput dtypes are computed in fp32 and rounded once.
 inline std::vector<unsigned char> run_cpp(const Case& c, const Tensors& t) {
   using namespace conv3d_dx;
   const std::vector<unsigned char> dy = t.dy.contiguous(), w = t.w.contiguous();
@@ -308,18 +309,22 @@ inline std::vector<unsigned char> run_cpp(const Case& c, const Tensors& t) {
   spec.input_rounding = c.cube == 2                    ? InputRounding::fp16
                         : (c.cube == 1 || c.cube == 3) ? InputRounding::hf32
                                                        : InputRounding::none;
-  const bool via_fp16 = c.cube == 2 && c.x_type != ACL_FLOAT16;
-  const DType y_type = via_fp16 ? DType::f16 : to_dtype(c.x_type);
+  const bool through_fp16 = c.cube == 2 && c.x_type != ACL_FLOAT16;
+  const bool via_f32 =
+      through_fp16 || !(c.x_type == c.dy_type || c.x_type == c.w_type || c.x_type == ACL_FLOAT);
+  const DType y_type = via_f32 ? DType::f32 : to_dtype(c.x_type);
   std::vector<unsigned char> y(static_cast<std::size_t>(product(c.x_dims())) * dtype_size(y_type));
   spec.out_backprop = TensorView::contiguous(dy.data(), to_dtype(c.dy_type), Layout::NCDHW, to5(c.dy_dims()));
   spec.filter = TensorView::contiguous(w.data(), to_dtype(c.w_type), Layout::NCDHW, to5(c.w_dims()));
   spec.y = TensorView::contiguous(y.data(), y_type, Layout::NCDHW, y_shape);
   conv3d_backprop_input(spec);
-  if (!via_fp16) return y;
+  if (!via_f32) return y;
   std::vector<unsigned char> out(static_cast<std::size_t>(product(c.x_dims())) * element_size(c.x_type));
-  for (std::int64_t i = 0; i < product(c.x_dims()); ++i)
-    numeric::store_f32(to_dtype(c.x_type), out.data(), i, numeric::load_f32(DType::f16, y.data(), i),
-                       OverflowMode::ieee);
+  for (std::int64_t i = 0; i < product(c.x_dims()); ++i) {
+    float v = numeric::load_f32(DType::f32, y.data(), i);
+    if (through_fp16) v = numeric::fp16_to_f32(numeric::f32_to_fp16(v, false));
+    numeric::store_f32(to_dtype(c.x_type), out.data(), i, v, OverflowMode::ieee);
+  }
   return out;
 }
 
