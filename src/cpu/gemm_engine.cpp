@@ -1,0 +1,408 @@
+#include "cpu/gemm_engine.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "cpu/geometry.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/support.hpp"
+#include "numeric/numeric.hpp"
+
+namespace conv3d_dx::cpu {
+namespace {
+
+// What one core's L2 (1 MiB on Zen 5) should hold of a channel block's filter, and of a y plane being staged.
+constexpr std::int64_t kWeightBudget = 384 << 10;
+constexpr std::int64_t kPlaneBudget = 256 << 10;
+
+class GemmEngine final : public EngineImpl {
+ public:
+  GemmEngine(const Problem& p, int threads, Isa isa, const KernelSet& ks, bool bf16, const GemmTuning& tuning)
+      : p_(p),
+        threads_(threads),
+        isa_(isa),
+        ks_(ks),
+        bf16_(bf16),
+        ax_{Axis(p.in[0], p.out[0], p.kernel[0], p.stride[0], p.dilation[0], p.pad_front[0]),
+            Axis(p.in[1], p.out[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]),
+            Axis(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2])},
+        lanes_(ks.lanes),
+        elem_(bf16 ? 2 : 4),
+        kpad_(bf16 ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g),
+        dy_reader_(p.dy_dtype, p.input_rounding),
+        w_reader_(p.filter_dtype, p.input_rounding) {
+    taps_ = p.kernel[0] * p.kernel[1] * p.kernel[2];
+    // Channel blocks of nv vectors; the last one may be narrower.
+    const std::int64_t nvec = ceil_div(p.Cin_g, lanes_);
+    int nv_main = tuning.nv > 0 ? tuning.nv : (lanes_ == 16 ? 4 : 2);
+    while (nv_main > 1 && ks.max_m[nv_main] == 0) --nv_main;
+    nv_main = static_cast<int>(std::min<std::int64_t>(nv_main, nvec));
+    std::int64_t w_off = 0;
+    for (std::int64_t ci0 = 0; ci0 < p.Cin_g;) {
+      const int nv = static_cast<int>(std::min<std::int64_t>(nv_main, ceil_div(p.Cin_g - ci0, lanes_)));
+      blocks_.push_back({ci0, nv, w_off});
+      w_off += taps_ * kpad_ * nv * lanes_;
+      ci0 += nv * lanes_;
+    }
+    group_w_ = w_off;
+    for (int nv = 1; nv <= kMaxNv; ++nv)
+      max_m_[nv] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.max_m[nv]) : ks.max_m[nv];
+    wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * group_w_ * elem_));
+    for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
+      for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
+        for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw)
+          tap_src_.push_back(kd * p.filter_strides[2] + kh * p.filter_strides[3] + kw * p.filter_strides[4]);
+
+    // dy is read in place when it is already in the compute type: fp32 with contiguous channels, or with
+    // strided ones (NCDHW) when each tap has enough channels to pay for the strided reads; bf16 with
+    // contiguous channel pairs. Otherwise it is converted to channel-last (which also lets W taps fuse).
+    const auto& s = p.dy_strides;
+    direct_dy_ = bf16 ? p.dy_dtype == DType::bf16 && p.Cout_g % 2 == 0 && s[1] == 1 &&
+                            p.input_rounding != InputRounding::fp16
+                      : p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none &&
+                            (s[1] == 1 || p.Cout_g >= 16);
+    if (direct_dy_) {
+      dy_n_ = s[0], dy_g_ = p.Cout_g * s[1], dy_c_ = bf16 ? 2 : s[1], dy_d_ = s[2], dy_h_ = s[3],
+      dy_w_ = s[4];
+    } else {
+      dy_c_ = bf16 ? 2 : 1;
+      dy_w_ = kpad_;
+      dy_h_ = p.out[2] * dy_w_;
+      dy_d_ = p.out[1] * dy_h_;
+      dy_g_ = p.out[0] * dy_d_;
+      dy_n_ = p.G * dy_g_;
+    }
+    // Packed W order: per W phase (in phase order) its taps by decreasing k, so that the taps of a phase read
+    // consecutive dy pixels in packed order. They fuse into one reduction when consecutive taps of every
+    // phase are one dy pixel apart (dilation divides stride) and a pixel's channels are followed by the next
+    // pixel's.
+    fuse_w_ = tuning.fuse_w && dy_w_ == kpad_ && dy_c_ == (bf16 ? 2 : 1);
+    tap_pos_w_.assign(static_cast<std::size_t>(p.kernel[2]), 0);
+    std::int64_t pos = 0;
+    for (const AxisPhase& ph : ax_[2].phases) {
+      for (auto it = ph.taps.rbegin(); it != ph.taps.rend(); ++it) {
+        tap_pos_w_[static_cast<std::size_t>(it->k)] = pos++;
+        if (it != ph.taps.rbegin() && it->off != (it - 1)->off + 1) fuse_w_ = false;
+      }
+    }
+    // A channel block's filter that does not fit in L2 is streamed from L3 for every tile. Then a task takes
+    // a whole y plane (accumulated in a staging buffer) and walks the taps in groups that fit,
+    // so each group is reused across the plane. The sum order (taps by kd, kh, kw; channels) is the same.
+    const std::int64_t cbw_max = static_cast<std::int64_t>(nv_main) * lanes_;
+    const std::int64_t dh_bytes = p.kernel[2] * kpad_ * cbw_max * elem_;  // taps of one (kd, kh)
+    const std::int64_t dh_taps = p.kernel[0] * p.kernel[1];
+    plane_mode_ = tuning.plane >= 0
+                      ? tuning.plane == 1
+                      : dh_bytes * dh_taps > kWeightBudget && p.in[1] * p.in[2] * cbw_max * 4 <= kPlaneBudget;
+    const std::int64_t dh_group =
+        !plane_mode_
+            ? dh_taps
+            : (tuning.dh_group > 0 ? tuning.dh_group : std::max<std::int64_t>(1, kWeightBudget / dh_bytes));
+    for (std::int64_t dh = 0; dh < dh_taps; dh += dh_group)
+      dh_groups_.push_back({dh, std::min(dh + dh_group, dh_taps)});
+    for (std::int64_t id = 0; id < p.in[0]; ++id) {
+      if (plane_mode_) {
+        units_.push_back({id, 0, p.in[1]});
+      } else {
+        for (std::int64_t ih = 0; ih < p.in[1]; ++ih) units_.push_back({id, ih, ih + 1});
+      }
+    }
+    // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
+    // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
+    staged_ = plane_mode_ || (p.y_strides[1] != 1 && p.in[2] * cbw_max <= (std::int64_t{1} << 20));
+    tile_floats_ = plane_mode_ ? p.in[1] * p.in[2] * cbw_max : staged_ ? p.in[2] * cbw_max : kMaxM * cbw_max;
+  }
+
+  std::string name() const override {
+    return std::string("gemm_") + (isa_ == Isa::avx2     ? "avx2"
+                                   : isa_ == Isa::avx512 ? "avx512"
+                                                         : "avx512_bf16");
+  }
+
+  std::size_t workspace_bytes() const override {
+    if (direct_dy_) return 0;
+    return static_cast<std::size_t>(p_.N * dy_n_ * elem_) + 64;
+  }
+
+  void pack_filter(const void* filter) override {
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
+    w_reader_.visit(filter, [&](auto get) {
+      parallel_for(threads_, p_.G * nb, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t gb = begin; gb < end; ++gb) {
+          if (bf16_)
+            pack_block(get, gb / nb, blocks_[static_cast<std::size_t>(gb % nb)],
+                       static_cast<std::uint16_t*>(wpack_.get()));
+          else
+            pack_block(get, gb / nb, blocks_[static_cast<std::size_t>(gb % nb)],
+                       static_cast<float*>(wpack_.get()));
+        }
+      });
+    });
+  }
+
+  void execute(const void* dy, void* y, void* workspace) override {
+    if (p_.N == 0) return;
+    const void* src = dy;
+    if (!direct_dy_) {
+      void* ws = align64(workspace);
+      if (bf16_)
+        convert_dy(dy, static_cast<std::uint16_t*>(ws));
+      else
+        convert_dy(dy, static_cast<float*>(ws));
+      src = ws;
+    }
+    const std::int64_t tasks = p_.N * p_.G * static_cast<std::int64_t>(blocks_.size() * units_.size());
+    parallel_for(threads_, tasks, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<TapRef> taps(static_cast<std::size_t>(taps_));
+      std::vector<float> tile(static_cast<std::size_t>(tile_floats_ + 16));
+      float* aligned = static_cast<float*>(align64(tile.data()));
+      for (std::int64_t t = begin; t < end; ++t) run_task(t, src, y, taps.data(), aligned);
+    });
+  }
+
+ private:
+  struct Block {
+    std::int64_t ci0;    // first input channel (within the group)
+    int nv;              // vectors of lanes_ channels
+    std::int64_t w_off;  // packed-filter elements before this block within its group
+  };
+
+  // Block layout: fp32 [tap][kpad][nv*lanes]; bf16 [tap][kpad/2][nv*lanes][2]. Padding stays zero (the
+  // buffer is zeroed once); only real channels are written.
+  template <class Get, class T>
+  void pack_block(const Get& get, std::int64_t g, const Block& b, T* wpack) const {
+    const auto& s = p_.filter_strides;
+    const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0);
+    T* dst = wpack + g * group_w_ + b.w_off;
+    const std::int64_t tap_step = kpad_ * cbw;  // elements per tap in both layouts
+    // Each (co, tap) writes one contiguous run of channels; the source of one co stays in L1 meanwhile.
+    const std::int64_t lane_step = bf16_ ? 2 : 1;
+    for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
+      T* dst_co = dst + (bf16_ ? (co / 2 * cbw) * 2 + (co & 1) : co * cbw);
+      const std::int64_t base = (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
+      for (std::size_t t = 0; t < tap_src_.size(); ++t) {
+        T* out = dst_co + tap_pos(static_cast<std::int64_t>(t)) * tap_step;
+        const std::int64_t src = base + tap_src_[t];
+        for (std::int64_t c = 0; c < valid; ++c) put(out, c * lane_step, get(src + c * s[1]));
+      }
+    }
+  }
+
+  // dy into the workspace as [n][g][od][oh][ow][kpad] in the compute type, padding channels with zero.
+  template <class T>
+  void convert_dy(const void* dy, T* out) const {
+    const auto& s = p_.dy_strides;
+    // Exact fp32 or bf16 dy with contiguous W (NCDHW): transpose each row of Cout_g x Wo in 16 x 16 blocks.
+    const bool exact = p_.input_rounding == InputRounding::none ||
+                       (p_.input_rounding == InputRounding::hf32 && p_.dy_dtype != DType::f32);
+    if (ks_.store_transposed && s[4] == 1 && exact &&
+        (p_.dy_dtype == DType::f32 || p_.dy_dtype == DType::bf16) && (kpad_ == p_.Cout_g)) {
+      const bool src_bf16 = p_.dy_dtype == DType::bf16;
+      const std::int64_t esize = src_bf16 ? 2 : 4;
+      parallel_for(threads_, p_.N * p_.G * p_.out[0], [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+          const std::int64_t od = r % p_.out[0], g = r / p_.out[0] % p_.G, n = r / p_.out[0] / p_.G;
+          for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
+            const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
+            ks_.store_transposed(static_cast<const char*>(dy) + at * esize, src_bf16, s[1], p_.Cout_g,
+                                 p_.out[2], out + r * dy_d_ + oh * dy_h_, bf16_, kpad_, false);
+          }
+        }
+      });
+      return;
+    }
+    dy_reader_.visit(dy, [&](auto get) {
+      parallel_for(threads_, p_.N * p_.G * p_.out[0], [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+          const std::int64_t od = r % p_.out[0], g = r / p_.out[0] % p_.G, n = r / p_.out[0] / p_.G;
+          T* plane = out + r * dy_d_;
+          for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
+            T* row = plane + oh * dy_h_;
+            for (std::int64_t co = 0; co < kpad_; ++co) {
+              if (co >= p_.Cout_g) {
+                for (std::int64_t ow = 0; ow < p_.out[2]; ++ow) put(row, ow * kpad_ + co, 0.0f);
+                continue;
+              }
+              const std::int64_t base = n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
+              for (std::int64_t ow = 0; ow < p_.out[2]; ++ow)
+                put(row, ow * kpad_ + co, get(base + ow * s[4]));
+            }
+          }
+        }
+      });
+    });
+  }
+
+  // One task: rows [ih0, ih1) of y plane (n, g, id) for one channel block, every W phase.
+  void run_task(std::int64_t t, const void* dy, void* y, TapRef* taps, float* tile) const {
+    const std::int64_t nunits = static_cast<std::int64_t>(units_.size()),
+                       nb = static_cast<std::int64_t>(blocks_.size());
+    const Unit& u = units_[static_cast<std::size_t>(t % nunits)];
+    const std::int64_t rest = t / nunits, g = rest / nb % p_.G, n = rest / nb / p_.G;
+    const Block& b = blocks_[static_cast<std::size_t>(rest % nb)];
+    const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
+    const std::int64_t jd = D.j_of(u.id);
+    const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(u.id))];
+
+    const char* wblock = static_cast<const char*>(wpack_.get()) + (g * group_w_ + b.w_off) * elem_;
+    const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
+                       steps = bf16_ ? kpad_ / 2 : kpad_;
+    const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_) * elem_;
+    const TileFn* fns = bf16_ ? ks_.bf16[b.nv] : ks_.f32[b.nv];
+    const int max_m = max_m_[b.nv];
+    const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
+    if (plane_mode_) std::fill(tile, tile + (u.ih1 - u.ih0) * W.in * cbw, 0.0f);
+
+    for (const auto& [dh_begin, dh_end] : dh_groups_) {
+      for (std::int64_t ih = u.ih0; ih < u.ih1; ++ih) {
+        const std::int64_t jh = H.j_of(ih);
+        const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
+        float* row = tile + (ih - u.ih0) * W.in * cbw;
+        for (const AxisPhase& PW : W.phases) {
+          if (PW.count == 0) continue;
+          const std::int64_t nblk = ceil_div(PW.count, max_m);
+          for (std::int64_t k = 0; k < nblk; ++k) {
+            const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
+            std::int64_t ntaps = 0;
+            for (const AxisTap& td : PD.taps) {
+              if (!D.valid(td, jd)) continue;
+              for (const AxisTap& th : PH.taps) {
+                const std::int64_t dh = td.k * p_.kernel[1] + th.k;
+                if (dh < dh_begin || dh >= dh_end || !H.valid(th, jh)) continue;
+                const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
+                const std::int64_t off_dh = (jd + td.off) * dy_d_ + (jh + th.off) * dy_h_;
+                // W taps in packed order (decreasing k = increasing dy offset). When the tile is inside dy
+                // for all of them and their dy values are contiguous, they form one reduction: same order.
+                const auto& wt = PW.taps;
+                const std::int64_t nw = static_cast<std::int64_t>(wt.size());
+                if (nw > 1 && fuse_w_ && j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out) {
+                  taps[ntaps++] = {
+                      off_dh + (j0 + wt.back().off) * dy_w_,
+                      wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes,
+                      nw * steps, 0, static_cast<std::int32_t>(m)};
+                  continue;
+                }
+                for (auto it = wt.rbegin(); it != wt.rend(); ++it) {
+                  const AxisTap& tw = *it;
+                  const std::int64_t lo = std::clamp<std::int64_t>(-tw.off - j0, 0, m);
+                  const std::int64_t hi = std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
+                  if (lo >= hi) continue;
+                  taps[ntaps++] = {off_dh + (j0 + tw.off) * dy_w_,
+                                   wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(tw.k)]) * tap_bytes,
+                                   steps, static_cast<std::int32_t>(lo), static_cast<std::int32_t>(hi)};
+                }
+              }
+            }
+            const std::int64_t iw0 = PW.first + W.stride * j0;
+            if (plane_mode_) {
+              if (ntaps > 0)
+                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
+            } else if (staged_) {
+              fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
+            } else {
+              fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
+              store_tile(tile, m, cbw, valid, n, g * p_.Cin_g + b.ci0, u.id, ih, iw0, W.stride, y);
+            }
+          }
+        }
+      }
+    }
+    if (staged_)
+      for (std::int64_t ih = u.ih0; ih < u.ih1; ++ih)
+        store_tile(tile + (ih - u.ih0) * W.in * cbw, W.in, cbw, valid, n, g * p_.Cin_g + b.ci0, u.id, ih, 0,
+                   1, y);
+  }
+
+  // Writes tile [m][cbw] (valid channels from c0) to y pixels iw0, iw0 + step, ... of row (n, id, ih).
+  void store_tile(const float* tile, std::int64_t m, std::int64_t cbw, int valid, std::int64_t n,
+                  std::int64_t c0, std::int64_t id, std::int64_t ih, std::int64_t iw0, std::int64_t step,
+                  void* y) const {
+    const auto& s = p_.y_strides;
+    const std::int64_t base = n * s[0] + c0 * s[1] + id * s[2] + ih * s[3] + iw0 * s[4], ps = step * s[4];
+    if (s[1] == 1) {  // channels contiguous: one run per pixel
+      for (std::int64_t p = 0; p < m; ++p) store_run(p_, ks_, tile + p * cbw, 1, y, base + p * ps, 1, valid);
+    } else if (ps == 1 && ks_.store_transposed && (p_.y_dtype == DType::f32 || p_.y_dtype == DType::bf16)) {
+      void* at = static_cast<char*>(y) + base * static_cast<std::int64_t>(dtype_size(p_.y_dtype));
+      ks_.store_transposed(tile, false, cbw, m, valid, at, p_.y_dtype == DType::bf16, s[1],
+                           p_.overflow == OverflowMode::saturate);
+    } else {  // one run per channel across the pixels
+      for (std::int64_t c = 0; c < valid; ++c) store_run(p_, ks_, tile + c, cbw, y, base + c * s[1], ps, m);
+    }
+  }
+
+  Problem p_;
+  int threads_;
+  Isa isa_;
+  const KernelSet& ks_;
+  bool bf16_;
+  Axis ax_[3];
+  int lanes_;
+  std::int64_t elem_;  // bytes per compute-type element
+  std::int64_t kpad_;  // output channels per tap, padded to even for bf16 pairs
+  std::int64_t taps_ = 0;
+  std::vector<std::int64_t> tap_src_;    // filter element offset of each tap (kd, kh, kw order)
+  std::vector<std::int64_t> tap_pos_w_;  // packed position of each kw within its (kd, kh)
+  bool fuse_w_ = false;                  // W taps of a phase may form one reduction
+
+  // Packed position of tap t (kd, kh, kw order).
+  std::int64_t tap_pos(std::int64_t t) const {
+    return t / p_.kernel[2] * p_.kernel[2] + tap_pos_w_[static_cast<std::size_t>(t % p_.kernel[2])];
+  }
+  std::vector<Block> blocks_;
+  std::int64_t group_w_ = 0;  // packed elements per group
+  int max_m_[kMaxNv + 1] = {};
+  AlignedPtr wpack_;
+  bool direct_dy_ = false;
+  bool staged_ = false;           // tiles go to a staging buffer (a row or a plane), stored afterwards
+  std::int64_t tile_floats_ = 0;  // per-thread output staging: a tile, a y row or a y plane
+  std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,
+               dy_w_ = 0;  // compute-type element strides
+  struct Unit {
+    std::int64_t id, ih0, ih1;  // rows [ih0, ih1) of y plane id
+  };
+  std::vector<Unit> units_;
+  std::vector<std::pair<std::int64_t, std::int64_t>>
+      dh_groups_;  // [begin, end) of kd * kH + kh per tap group
+  bool plane_mode_ = false;
+  Reader dy_reader_, w_reader_;
+};
+
+}  // namespace
+
+std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
+                                      std::string& why_not) {
+  const Problem& p = request.problem;
+  why_not = isa_refusal(isa, request);
+  if (!why_not.empty()) return nullptr;
+  const bool bf16 = isa == Isa::avx512_bf16;
+  if (bf16 && !(exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
+                p.input_rounding != InputRounding::fp16)) {
+    why_not = std::string("inputs not exact in bf16 (dy ") + to_string(p.dy_dtype) + ", filter " +
+              to_string(p.filter_dtype) +
+              (p.input_rounding == InputRounding::fp16 ? ", fp16 rounding)" : ")");
+    return nullptr;
+  }
+  // The tap list of one tile lives in memory: refuse absurd kernels rather than allocate gigabytes.
+  if (p.kernel[0] * p.kernel[1] * p.kernel[2] > (std::int64_t{1} << 22)) {
+    why_not = "kernel has more than 2^22 taps";
+    return nullptr;
+  }
+  const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
+  return std::make_unique<GemmEngine>(p, request.threads, isa, ks, bf16, tuning);
+}
+
+std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest& r, std::string& why_not) {
+  return make_gemm(r, Isa::avx512_bf16, {}, why_not);
+}
+std::unique_ptr<EngineImpl> make_gemm_avx512(const EngineRequest& r, std::string& why_not) {
+  return make_gemm(r, Isa::avx512, {}, why_not);
+}
+std::unique_ptr<EngineImpl> make_gemm_avx2(const EngineRequest& r, std::string& why_not) {
+  return make_gemm(r, Isa::avx2, {}, why_not);
+}
+
+}  // namespace conv3d_dx::cpu

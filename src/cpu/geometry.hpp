@@ -1,0 +1,46 @@
+// Phase (sub-pixel) decomposition of one spatial axis of dgrad into stride-1 correlations.
+//
+// Along an axis, y index i receives the tap k from dy index o when o*s + k*d == i + pad. Group the y indices
+// by phase r = (i + pad) mod s: within a phase, i = first + s*j and every tap of the phase (k*d ≡ r mod s)
+// reads o = j + off with one fixed offset, so each phase is a stride-1 correlation along j. A phase without
+// taps contributes zeros. Dilation needs nothing special: it only changes which taps fall in which phase.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace conv3d_dx::cpu {
+
+struct AxisTap {
+  std::int64_t k;    // kernel index
+  std::int64_t off;  // dy index = j + off
+};
+
+struct AxisPhase {
+  std::int64_t first = 0;     // first y index of the phase
+  std::int64_t count = 0;     // y indices in the phase: first, first + s, ...
+  std::vector<AxisTap> taps;  // in increasing k
+};
+
+struct Axis {
+  std::int64_t in = 0, out = 0, stride = 1;
+  std::vector<AxisPhase> phases;  // indexed by r = (i + pad) mod s
+
+  Axis() = default;
+  Axis(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride, std::int64_t dilation,
+       std::int64_t pad);
+
+  // The phase and position j of y index i.
+  std::int64_t phase_of(std::int64_t i) const { return (i + pad_) % stride; }
+  std::int64_t j_of(std::int64_t i) const {
+    return (i - phases[static_cast<std::size_t>(phase_of(i))].first) / stride;
+  }
+
+  // Taps of `phase` that land inside dy at position j.
+  bool valid(const AxisTap& t, std::int64_t j) const { return j + t.off >= 0 && j + t.off < out; }
+
+ private:
+  std::int64_t pad_ = 0;
+};
+
+}  // namespace conv3d_dx::cpu

@@ -1,0 +1,88 @@
+// Micro-kernels of the implicit-GEMM engine, one set per instruction set (kernels_avx512.cpp,
+// kernels_avx2.cpp). A tile is M consecutive y pixels of one row of one phase times NV vectors of input
+// channels; it reduces over (taps x output channels) in a fixed order into fp32 registers and writes an
+// fp32 [M][NV * lanes] tile. The engine (gemm_engine.cpp) owns layouts, phases, packing and threading.
+#pragma once
+
+#include <cstdint>
+
+namespace conv3d_dx::cpu {
+
+// Reduction step s < k of tap t for pixel p of the tile reads dy[dy_off + p * dy_ps + s * dy_cs] (one fp32
+// value, or a bf16 pair of channels, then dy_cs is 2); only pixels in [lo, hi) have that tap inside dy.
+// w: the packed filter of the tap for this channel block, [k][NV * lanes] fp32 or [k][NV * lanes][2] bf16.
+// A tap may cover several kernel taps whose dy values are contiguous (fused W taps).
+struct TapRef {
+  std::int64_t dy_off;
+  const void* w;
+  std::int64_t k;
+  std::int32_t lo, hi;
+};
+
+struct TileArgs {
+  const void* dy;      // fp32 or bf16 elements, channels contiguous
+  std::int64_t dy_ps;  // elements between neighbouring pixels of the tile
+  std::int64_t dy_cs;  // elements between reduction steps
+  const TapRef* taps;
+  std::int64_t ntaps;
+  float* tile;           // pixel p at tile + p * tile_ps: NV * lanes floats, 64-byte aligned
+  std::int64_t tile_ps;  // a multiple of 16
+  bool accumulate;       // start from the tile's values (a later group of taps) instead of zero
+};
+
+using TileFn = void (*)(const TileArgs&);
+
+// Pixel-vectorised tiles for few input channels (pixel_engine.cpp): CI channels x R rows x P vectors of
+// lanes consecutive pixels of one W phase, fp32 accumulators. dy is channel-first in 4-byte units (an fp32
+// value, or a bf16 pair of channels 2c and 2c + 1): unit (step s, row r, pixel x) of tap t is
+// dy[dy_off + s * co_stride + r * row_stride + x]; rows whose bit is clear in `rows` and pixels outside
+// [lo, hi) are skipped, so no term outside dy ever enters a sum. w: [k][CI] 4-byte units for the tap.
+struct PixTap {
+  std::int64_t dy_off;
+  const void* w;
+  std::uint32_t rows;
+  std::int32_t lo, hi;
+};
+
+struct PixArgs {
+  const void* dy;
+  std::int64_t co_stride, row_stride, k;
+  const PixTap* taps;
+  std::int64_t ntaps;
+  float* tile;  // [CI][R][P * lanes]
+};
+
+using PixFn = void (*)(const PixArgs&);
+
+inline constexpr int kMaxPixCi = 8;  // input channels per pixel tile
+inline constexpr int kMaxPixP = 4;   // vectors per row
+inline constexpr int kPixAcc = 24;   // accumulator budget: R = max(1, (kPixAcc - CI) / (CI * P)) rows
+
+constexpr int pix_rows(int ci, int p) {
+  return (kPixAcc - ci) / (ci * p) > 1 ? (kPixAcc - ci) / (ci * p) : 1;
+}
+
+inline constexpr int kMaxNv = 4;
+inline constexpr int kMaxM = 14;
+
+struct KernelSet {
+  int lanes = 0;                                     // fp32 lanes per vector
+  int max_m[kMaxNv + 1] = {};                        // largest M per NV; 0 where NV is not offered
+  TileFn f32[kMaxNv + 1][kMaxM + 1] = {};            // [NV][M]
+  TileFn bf16[kMaxNv + 1][kMaxM + 1] = {};           // vdpbf16ps kernels; null where the ISA has none
+  PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};       // [CI][P], R = pix_rows(CI, P); null where not offered
+  PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};  // the same over bf16 channel pairs (vdpbf16ps)
+  // y[c * y_cs + r] = a[r * a_rs + c] for r < nr, c < nc: a transposing store. a is fp32 or bf16 (a_bf16),
+  // y fp32 or bf16 (y_bf16: rounded as to_bf16 does). Null where the ISA has none.
+  void (*store_transposed)(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                           void* y, bool y_bf16, std::int64_t y_cs, bool saturate) = nullptr;
+  // fp32 -> fp16 (round to nearest even; saturate as for bf16), n values.
+  void (*to_fp16)(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) = nullptr;
+  // fp32 -> bf16 (round to nearest even; saturate clamps overflow and inf to the largest finite), n values.
+  void (*to_bf16)(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) = nullptr;
+};
+
+const KernelSet& avx512_kernels();  // only after cpu_supports(Isa::avx512)
+const KernelSet& avx2_kernels();    // only after cpu_supports(Isa::avx2)
+
+}  // namespace conv3d_dx::cpu

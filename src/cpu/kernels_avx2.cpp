@@ -1,0 +1,53 @@
+// AVX2 + FMA tile kernels (fp32 only: bf16 and 8-bit inputs are widened to fp32 by the engine). Entered only
+// after cpu_supports(Isa::avx2).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cpu/kernels.hpp"
+#include "numeric/numeric.hpp"
+
+namespace conv3d_dx::cpu {
+namespace avx2 {
+
+#include "cpu/tile_kernel.hpp"
+
+struct V {
+  using R = __m256;
+  static constexpr int kLanes = 8;
+  static CONV3D_DX_INLINE R zero() { return _mm256_setzero_ps(); }
+  static CONV3D_DX_INLINE R load(const char* p) { return _mm256_load_ps(reinterpret_cast<const float*>(p)); }
+  static CONV3D_DX_INLINE R bcast(float v) { return _mm256_set1_ps(v); }
+  static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static CONV3D_DX_INLINE void store(float* p, R v) { _mm256_store_ps(p, v); }
+};
+
+void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = numeric::f32_to_bf16(src[i], saturate);
+}
+
+void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = numeric::f32_to_fp16(src[i], saturate);
+}
+
+}  // namespace avx2
+
+const KernelSet& avx2_kernels() {
+  static const KernelSet set = [] {
+    using namespace avx2;
+    KernelSet s;
+    s.lanes = 8;
+    s.max_m[1] = 12;
+    s.max_m[2] = 6;
+    fill_tiles<V, F32Step<V>, 1, 12>(s.f32);
+    fill_tiles<V, F32Step<V>, 2, 6>(s.f32);
+    s.to_bf16 = &to_bf16;
+    s.to_fp16 = &to_fp16;
+    return s;
+  }();
+  return set;
+}
+
+}  // namespace conv3d_dx::cpu

@@ -1,0 +1,263 @@
+// AVX-512 tile kernels: fp32 FMAs and bf16 pairs through vdpbf16ps (avx512_bf16). Entered only after
+// cpu_supports(Isa::avx512); the bf16 kernels only after cpu_supports(Isa::avx512_bf16).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cpu/kernels.hpp"
+#include "numeric/numeric.hpp"
+
+namespace conv3d_dx::cpu {
+namespace avx512 {
+
+#include "cpu/tile_kernel.hpp"
+
+struct V {
+  using R = __m512;
+  static constexpr int kLanes = 16;
+  static CONV3D_DX_INLINE R zero() { return _mm512_setzero_ps(); }
+  static CONV3D_DX_INLINE R load(const char* p) { return _mm512_load_ps(reinterpret_cast<const float*>(p)); }
+  static CONV3D_DX_INLINE R bcast(float v) { return _mm512_set1_ps(v); }
+  static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static CONV3D_DX_INLINE void store(float* p, R v) { _mm512_store_ps(p, v); }
+};
+
+// One step takes the dy pair (c, c+1) and the filter pairs; vdpbf16ps adds both exact products in fp32.
+struct Bf16Step {
+  using In = std::uint16_t;
+  static CONV3D_DX_INLINE __m512 bcast(const std::uint16_t* d) {
+    std::int32_t pair;
+    std::memcpy(&pair, d, sizeof pair);
+    return _mm512_castsi512_ps(_mm512_set1_epi32(pair));
+  }
+  static CONV3D_DX_INLINE __m512 fma(__m512 acc, __m512 b, __m512 w) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_castps_si512(b), (__m512bh)_mm512_castps_si512(w));
+  }
+};
+
+// acc += x . w over bf16 pairs in the lanes of k only (vdpbf16ps with a merge mask). Inline asm because
+// GCC 12 moves the mask of _mm512_mask_dpbf16_ps with kmovb, which drops lanes 8 to 15.
+CONV3D_DX_INLINE __m512 masked_dpbf16(__m512 acc, __mmask16 k, __m512 x, __m512 w) {
+  __asm__("vdpbf16ps %[w], %[x], %[acc]%{%[k]%}" : [acc] "+v"(acc) : [x] "v"(x), [w] "v"(w), [k] "Yk"(k));
+  return acc;
+}
+
+// CI channels x R rows x P vectors of 16 pixels; masked loads and masked FMAs keep every lane outside
+// [lo, hi) untouched, so padding never enters a sum (not even as 0 * inf). Pair: one step takes a bf16
+// channel pair per pixel (vdpbf16ps) instead of one fp32 value.
+template <int CI, int P, bool Pair>
+struct PixTile {
+  static constexpr int R = pix_rows(CI, P);
+
+  static void kernel(const PixArgs& a) {
+    __m512 acc[CI][R][P];
+    static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
+      static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+        static_for<0, P>([&](auto v) __attribute__((always_inline)) { acc[c][r][v] = _mm512_setzero_ps(); });
+      });
+    });
+    // Addresses are formed as integers: a tap's first pixel may lie before dy where it is masked off.
+    const auto dy = reinterpret_cast<std::uintptr_t>(a.dy);
+    const std::int64_t co_bytes = a.co_stride * 4, row_bytes = a.row_stride * 4;
+    for (std::int64_t t = 0; t < a.ntaps; ++t) {
+      const PixTap& tap = a.taps[t];
+      __mmask16 m[P];
+      static_for<0, P>([&](auto v) __attribute__((always_inline)) {
+        const int lo = std::clamp(tap.lo - 16 * v, 0, 16), hi = std::clamp(tap.hi - 16 * v, 0, 16);
+        m[v] = static_cast<__mmask16>(hi > lo ? ((1u << hi) - 1u) & ~((1u << lo) - 1u) : 0u);
+      });
+      const std::uint32_t rows = tap.rows;
+      std::uintptr_t d = dy + static_cast<std::uintptr_t>(tap.dy_off * 4);
+      const char* w = static_cast<const char*>(tap.w);
+      for (std::int64_t s = 0; s < a.k; ++s, d += static_cast<std::uintptr_t>(co_bytes), w += CI * 4) {
+        __m512 wv[CI];
+        static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
+          std::int32_t bits;
+          std::memcpy(&bits, w + 4 * c, sizeof bits);
+          wv[c] = _mm512_castsi512_ps(_mm512_set1_epi32(bits));
+        });
+        static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+          if (!((rows >> r) & 1u)) return;
+          static_for<0, P>([&](auto v) __attribute__((always_inline)) {
+            const auto* src =
+                reinterpret_cast<const float*>(d + static_cast<std::uintptr_t>(r * row_bytes + 64 * v));
+            const __m512 x = _mm512_maskz_loadu_ps(m[v], src);
+            static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
+              if constexpr (Pair) {
+                acc[c][r][v] = masked_dpbf16(acc[c][r][v], m[v], x, wv[c]);
+              } else {
+                acc[c][r][v] = _mm512_mask3_fmadd_ps(x, wv[c], acc[c][r][v], m[v]);
+              }
+            });
+          });
+        });
+      }
+    }
+    static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
+      static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+        static_for<0, P>([&](auto v) __attribute__((always_inline)) {
+          _mm512_store_ps(a.tile + ((c * R + r) * P + v) * 16, acc[c][r][v]);
+        });
+      });
+    });
+  }
+};
+
+// The largest P offered for CI keeps CI * P accumulators within the budget.
+constexpr int pix_max_p(int ci) { return std::min(kMaxPixP, (kPixAcc - ci) / ci); }
+
+// 16 fp32 -> 16 bf16, round to nearest even; saturate clamps overflow and inf to the largest finite value.
+// NaN lanes must be handled by the caller (numeric's encoding).
+CONV3D_DX_INLINE __m256i bf16_round(__m512 v, bool saturate) {
+  const __m512i bits = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+  __m512i r = _mm512_add_epi32(
+      bits, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF),
+                             _mm512_and_si512(_mm512_maskz_srli_epi32(0xFFFF, bits, 16), one)));
+  r = _mm512_maskz_srli_epi32(0xFFFF, r, 16);
+  if (saturate) {
+    const __mmask16 over =
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(r, _mm512_set1_epi32(0x7FFF)), _mm512_set1_epi32(0x7F80));
+    r = _mm512_mask_sub_epi32(r, over, r, one);  // 0x7F80 -> 0x7F7F, sign kept
+  }
+  return _mm512_maskz_cvtepi32_epi16(0xFFFF, r);
+}
+
+CONV3D_DX_INLINE bool has_nan(__m512 v, __mmask16 m) {
+  return _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q) != 0;
+}
+
+void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+    if (has_nan(v, m)) {
+      for (std::int64_t k = i; k < std::min<std::int64_t>(n, i + 16); ++k)
+        dst[k] = numeric::f32_to_bf16(src[k], saturate);
+    } else {
+      _mm256_mask_storeu_epi16(dst + i, m, bf16_round(v, saturate));
+    }
+  }
+}
+
+void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
+  const __m512 max = _mm512_set1_ps(65504.0f);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+    if (has_nan(v, m)) {
+      for (std::int64_t k = i; k < std::min<std::int64_t>(n, i + 16); ++k)
+        dst[k] = numeric::f32_to_fp16(src[k], saturate);
+      continue;
+    }
+    // (maskz forms: GCC 12 warns about the undefined pass-through of the plain ones)
+    if (saturate)
+      v = _mm512_maskz_max_ps(0xFFFF, _mm512_maskz_min_ps(0xFFFF, v, max),
+                              _mm512_sub_ps(_mm512_setzero_ps(), max));
+    const __m256i h = _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(dst + i, m, h);
+  }
+}
+
+// 16 x 16 transpose in four stages of block swaps (blocks of 8, 4, 2, 1 lanes).
+CONV3D_DX_INLINE void transpose16(__m512 (&r)[16]) {
+  static_for<0, 4>([&](auto stage) __attribute__((always_inline)) {
+    constexpr int b = 8 >> stage;
+    alignas(64) static constexpr auto lo_idx = [] {
+      std::array<int, 16> idx{};
+      for (int j = 0; j < 16; ++j) idx[j] = (j & b) == 0 ? j : 16 + j - b;
+      return idx;
+    }();
+    alignas(64) static constexpr auto hi_idx = [] {
+      std::array<int, 16> idx{};
+      for (int j = 0; j < 16; ++j) idx[j] = (j & b) == 0 ? j + b : 16 + j;
+      return idx;
+    }();
+    const __m512i lo = _mm512_load_si512(lo_idx.data()), hi = _mm512_load_si512(hi_idx.data());
+    static_for<0, 16>([&](auto i) __attribute__((always_inline)) {
+      if constexpr ((i & b) == 0) {
+        const __m512 a = r[i], c = r[i + b];
+        r[i] = _mm512_permutex2var_ps(a, lo, c);
+        r[i + b] = _mm512_permutex2var_ps(a, hi, c);
+      }
+    });
+  });
+}
+
+void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                      void* y, bool y_bf16, std::int64_t y_cs, bool saturate) {
+  for (std::int64_t r0 = 0; r0 < nr; r0 += 16) {
+    const std::int64_t rn = std::min<std::int64_t>(16, nr - r0);
+    const auto rmask = static_cast<__mmask16>(rn == 16 ? 0xFFFFu : (1u << rn) - 1u);
+    for (std::int64_t c0 = 0; c0 < nc; c0 += 16) {
+      const std::int64_t cn = std::min<std::int64_t>(16, nc - c0);
+      const auto cmask = static_cast<__mmask16>(cn == 16 ? 0xFFFFu : (1u << cn) - 1u);
+      __m512 t[16];
+      static_for<0, 16>([&](auto i) __attribute__((always_inline)) {
+        const std::int64_t at = (r0 + i) * a_rs + c0;
+        if (i >= rn) {
+          t[i] = _mm512_setzero_ps();
+        } else if (a_bf16) {
+          const __m256i h = _mm256_maskz_loadu_epi16(cmask, static_cast<const std::uint16_t*>(a) + at);
+          t[i] = _mm512_castsi512_ps(
+              _mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+        } else {
+          t[i] = _mm512_maskz_loadu_ps(cmask, static_cast<const float*>(a) + at);
+        }
+      });
+      transpose16(t);
+      static_for<0, 16>([&](auto c) __attribute__((always_inline)) {
+        if (c >= cn) return;
+        const std::int64_t at = (c0 + c) * y_cs + r0;
+        if (!y_bf16) {
+          _mm512_mask_storeu_ps(static_cast<float*>(y) + at, rmask, t[c]);
+        } else if (has_nan(t[c], rmask)) {
+          alignas(64) float v[16];
+          _mm512_store_ps(v, t[c]);
+          for (int k = 0; k < rn; ++k)
+            static_cast<std::uint16_t*>(y)[at + k] = numeric::f32_to_bf16(v[k], saturate);
+        } else {
+          _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(y) + at, rmask, bf16_round(t[c], saturate));
+        }
+      });
+    }
+  }
+}
+
+}  // namespace avx512
+
+const KernelSet& avx512_kernels() {
+  static const KernelSet set = [] {
+    using namespace avx512;
+    KernelSet s;
+    s.lanes = 16;
+    s.max_m[1] = 14;
+    s.max_m[2] = 14;
+    s.max_m[3] = 9;
+    s.max_m[4] = 6;
+    fill_tiles<V, F32Step<V>, 1, 14>(s.f32);
+    fill_tiles<V, F32Step<V>, 2, 14>(s.f32);
+    fill_tiles<V, F32Step<V>, 3, 9>(s.f32);
+    fill_tiles<V, F32Step<V>, 4, 6>(s.f32);
+    fill_tiles<V, Bf16Step, 1, 14>(s.bf16);
+    fill_tiles<V, Bf16Step, 2, 14>(s.bf16);
+    fill_tiles<V, Bf16Step, 3, 9>(s.bf16);
+    fill_tiles<V, Bf16Step, 4, 6>(s.bf16);
+    static_for<1, kMaxPixCi + 1>([&](auto ci) {
+      static_for<1, pix_max_p(ci) + 1>([&](auto p) {
+        s.pix[ci][p] = &PixTile<ci, p, false>::kernel;
+        s.pix_bf16[ci][p] = &PixTile<ci, p, true>::kernel;
+      });
+    });
+    s.to_bf16 = &to_bf16;
+    s.to_fp16 = &to_fp16;
+    s.store_transposed = &store_transposed;
+    return s;
+  }();
+  return set;
+}
+
+}  // namespace conv3d_dx::cpu

@@ -1,0 +1,269 @@
+#include "cpu/pixel_engine.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "cpu/geometry.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/support.hpp"
+
+namespace conv3d_dx::cpu {
+namespace {
+
+constexpr int kLanes = 16;
+
+class PixelEngine final : public EngineImpl {
+ public:
+  PixelEngine(const Problem& p, int threads, const KernelSet& ks, bool pairs)
+      : p_(p),
+        threads_(threads),
+        ks_(ks),
+        pairs_(pairs),
+        k_(pairs ? (p.Cout_g + 1) / 2 : p.Cout_g),
+        ax_{Axis(p.in[0], p.out[0], p.kernel[0], p.stride[0], p.dilation[0], p.pad_front[0]),
+            Axis(p.in[1], p.out[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]),
+            Axis(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2])},
+        ci_(static_cast<int>(p.Cin_g)),
+        dy_reader_(p.dy_dtype, p.input_rounding),
+        w_reader_(p.filter_dtype, p.input_rounding) {
+    // Vectors per row: enough for the widest W phase, within what the kernel set offers for ci_.
+    std::int64_t widest = 1;
+    for (const AxisPhase& ph : ax_[2].phases) widest = std::max(widest, ph.count);
+    p_vec_ = static_cast<int>(std::min<std::int64_t>(ceil_div(widest, kLanes), kMaxPixP));
+    while (ks.pix[ci_][p_vec_] == nullptr) --p_vec_;
+    rows_ = pix_rows(ci_, p_vec_);
+
+    for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
+      for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
+        for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw)
+          tap_src_.push_back(kd * p.filter_strides[2] + kh * p.filter_strides[3] + kw * p.filter_strides[4]);
+    const std::int64_t taps = static_cast<std::int64_t>(tap_src_.size());
+    wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * taps * k_ * ci_) * 4);
+
+    // dy channel-first: fp32 in place when it already is, else converted into the workspace (bf16 pairs of
+    // channels interleaved per pixel, the odd channel of an odd Cout_g zero).
+    const auto& s = p.dy_strides;
+    direct_dy_ = !pairs && p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none && s[4] == 1;
+    if (direct_dy_) {
+      dy_n_ = s[0], dy_g_ = p.Cout_g * s[1], dy_c_ = s[1], dy_d_ = s[2], dy_h_ = s[3];
+    } else {
+      dy_h_ = p.out[2];
+      dy_d_ = p.out[1] * dy_h_;
+      dy_c_ = p.out[0] * dy_d_;
+      dy_g_ = k_ * dy_c_;
+      dy_n_ = p.G * dy_g_;
+    }
+    // Channel-last y: blocks of groups covering 16 channels (see run_task).
+    gblock_ = p.y_strides[1] == 1 ? std::max<std::int64_t>(1, kLanes / ci_) : 1;
+    // Row groups: up to rows_ consecutive rows of one H phase in one D plane.
+    for (std::int64_t id = 0; id < p.in[0]; ++id)
+      for (std::int64_t ph = 0; ph < p.stride[1]; ++ph)
+        for (std::int64_t j = 0; j < ax_[1].phases[static_cast<std::size_t>(ph)].count; j += rows_)
+          groups_.push_back({id, ph, j});
+  }
+
+  std::string name() const override { return pairs_ ? "pixel_avx512_bf16" : "pixel_avx512"; }
+
+  std::size_t workspace_bytes() const override {
+    return direct_dy_ ? 0 : static_cast<std::size_t>(p_.N * dy_n_) * 4 + 64;
+  }
+
+  // [g][tap][co][ci] fp32, or [g][tap][co / 2][ci][2] bf16.
+  void pack_filter(const void* filter) override {
+    const auto& s = p_.filter_strides;
+    const std::int64_t taps = static_cast<std::int64_t>(tap_src_.size());
+    w_reader_.visit(filter, [&](auto get) {
+      parallel_for(threads_, p_.G * p_.Cout_g, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t gc = begin; gc < end; ++gc) {
+          const std::int64_t g = gc / p_.Cout_g, co = gc % p_.Cout_g;
+          for (std::int64_t t = 0; t < taps; ++t)
+            for (std::int64_t ci = 0; ci < ci_; ++ci) {
+              const float v =
+                  get((g * p_.Cout_g + co) * s[0] + ci * s[1] + tap_src_[static_cast<std::size_t>(t)]);
+              if (pairs_)
+                put(static_cast<std::uint16_t*>(wpack_.get()),
+                    (((g * taps + t) * k_ + co / 2) * ci_ + ci) * 2 + (co & 1), v);
+              else
+                put(static_cast<float*>(wpack_.get()), ((g * taps + t) * k_ + co) * ci_ + ci, v);
+            }
+        }
+      });
+    });
+  }
+
+  void execute(const void* dy, void* y, void* workspace) override {
+    if (p_.N == 0) return;
+    const void* src = dy;
+    if (!direct_dy_) {
+      void* ws = align64(workspace);
+      if (pairs_)
+        convert_dy(dy, static_cast<std::uint16_t*>(ws));
+      else
+        convert_dy(dy, static_cast<float*>(ws));
+      src = ws;
+    }
+    const std::int64_t tasks = p_.N * ceil_div(p_.G, gblock_) * static_cast<std::int64_t>(groups_.size());
+    parallel_for(threads_, tasks, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<PixTap> taps(tap_src_.size());
+      std::vector<float> tile(static_cast<std::size_t>(gblock_ * ci_ * rows_ * p_vec_ * kLanes + 16));
+      for (std::int64_t t = begin; t < end; ++t)
+        run_task(t, src, y, taps.data(), static_cast<float*>(align64(tile.data())));
+    });
+  }
+
+ private:
+  struct Group {
+    std::int64_t id, ph, j0;  // D index, H phase, first row (j) of the phase
+  };
+
+  // dy as [n][g][co][od][oh][ow] fp32, or [n][g][co / 2][od][oh][ow][2] bf16.
+  template <class T>
+  void convert_dy(const void* dy, T* out) const {
+    const auto& s = p_.dy_strides;
+    constexpr std::int64_t lanes = sizeof(T) == 2 ? 2 : 1;  // channels per 4-byte unit
+    dy_reader_.visit(dy, [&](auto get) {
+      parallel_for(threads_, p_.N * p_.G * k_, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+          const std::int64_t n = r / (p_.G * k_), g = r / k_ % p_.G, step = r % k_;
+          T* plane = out + r * dy_c_ * lanes;
+          for (std::int64_t e = 0; e < lanes; ++e) {
+            const std::int64_t co = step * lanes + e;
+            for (std::int64_t od = 0; od < p_.out[0]; ++od)
+              for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
+                const std::int64_t base = n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
+                T* row = plane + (od * dy_d_ + oh * dy_h_) * lanes + e;
+                for (std::int64_t ow = 0; ow < p_.out[2]; ++ow)
+                  put(row, ow * lanes, co < p_.Cout_g ? get(base + ow * s[4]) : 0.0f);
+              }
+          }
+        }
+      });
+    });
+  }
+
+  // One task: a row group of one D plane for a block of groups, every W phase. With channel-last y the block
+  // spans 16 channels, so each pixel's channels are stored as one run (transposed from the tiles).
+  void run_task(std::int64_t t, const void* dy, void* y, PixTap* taps, float* tile) const {
+    const std::int64_t ngroups = static_cast<std::int64_t>(groups_.size()), nblocks = ceil_div(p_.G, gblock_);
+    const std::int64_t g0 = t % nblocks * gblock_, g1 = std::min(p_.G, g0 + gblock_),
+                       n = t / nblocks / ngroups;
+    const Group& grp = groups_[static_cast<std::size_t>(t / nblocks % ngroups)];
+    const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
+    const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(grp.id))];
+    const AxisPhase& PH = H.phases[static_cast<std::size_t>(grp.ph)];
+    const std::int64_t jd = D.j_of(grp.id), nrows = std::min<std::int64_t>(rows_, PH.count - grp.j0);
+    const std::int64_t width = p_vec_ * kLanes, taps_total = static_cast<std::int64_t>(tap_src_.size());
+    const std::int64_t w_group = taps_total * k_ * ci_ * 4,
+                       tile_group = ci_ * rows_ * width;  // bytes, floats
+    const char* w_g0 = static_cast<const char*>(wpack_.get()) + g0 * w_group;
+    const PixFn fn = pairs_ ? ks_.pix_bf16[ci_][p_vec_] : ks_.pix[ci_][p_vec_];
+    const auto& s = p_.y_strides;
+    const bool transpose = s[1] == 1 && ks_.store_transposed && g1 - g0 > 1 &&
+                           (p_.y_dtype == DType::f32 || p_.y_dtype == DType::bf16);
+    const std::int64_t nch = (g1 - g0) * ci_;
+
+    for (const AxisPhase& PW : W.phases) {
+      for (std::int64_t j0 = 0; j0 < PW.count; j0 += width) {
+        const std::int64_t m = std::min(width, PW.count - j0);
+        std::int64_t ntaps = 0;
+        for (const AxisTap& td : PD.taps) {
+          if (!D.valid(td, jd)) continue;
+          for (const AxisTap& th : PH.taps) {
+            std::uint32_t rows = 0;
+            for (std::int64_t r = 0; r < nrows; ++r)
+              if (H.valid(th, grp.j0 + r)) rows |= 1u << r;
+            if (rows == 0) continue;
+            const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
+            const std::int64_t off_dh = (jd + td.off) * dy_d_ + (grp.j0 + th.off) * dy_h_;
+            for (const AxisTap& tw : PW.taps) {
+              const std::int64_t lo = std::clamp<std::int64_t>(-tw.off - j0, 0, m);
+              const std::int64_t hi = std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
+              if (lo >= hi) continue;
+              taps[ntaps++] = {off_dh + j0 + tw.off, w_g0 + (tap_dh + tw.k) * k_ * ci_ * 4, rows,
+                               static_cast<std::int32_t>(lo), static_cast<std::int32_t>(hi)};
+            }
+          }
+        }
+        for (std::int64_t g = g0; g < g1; ++g) {
+          if (g > g0)
+            for (std::int64_t i = 0; i < ntaps; ++i)
+              taps[i].w = static_cast<const char*>(taps[i].w) + w_group;
+          fn(PixArgs{static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_) * 4, dy_c_, dy_h_, k_, taps,
+                     ntaps, tile + (g - g0) * tile_group});
+        }
+        // tile [channel of the block][r][width] -> y (n, g0*Cin_g + channel, id, PH row j0 + r, PW pixel j0 +
+        // x).
+        const std::int64_t iw = PW.first + W.stride * j0, ps = W.stride * s[4];
+        for (std::int64_t r = 0; r < nrows; ++r) {
+          const std::int64_t ih = PH.first + H.stride * (grp.j0 + r);
+          const std::int64_t at = n * s[0] + g0 * ci_ * s[1] + grp.id * s[2] + ih * s[3] + iw * s[4];
+          if (transpose) {
+            ks_.store_transposed(
+                tile + r * width, false, rows_ * width, nch, m,
+                static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p_.y_dtype)),
+                p_.y_dtype == DType::bf16, ps, p_.overflow == OverflowMode::saturate);
+          } else {
+            for (std::int64_t c = 0; c < nch; ++c)
+              store_run(p_, ks_, tile + (c * rows_ + r) * width, 1, y, at + c * s[1], ps, m);
+          }
+        }
+      }
+    }
+  }
+
+  Problem p_;
+  int threads_;
+  const KernelSet& ks_;
+  bool pairs_;      // bf16 channel pairs through vdpbf16ps
+  std::int64_t k_;  // reduction steps per tap: Cout_g, or channel pairs
+  Axis ax_[3];
+  int ci_;
+  int p_vec_ = 1, rows_ = 1;
+  std::vector<std::int64_t> tap_src_;  // filter element offset of each tap (kd, kh, kw order)
+  AlignedPtr wpack_;
+  bool direct_dy_ = false;
+  std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 0, dy_d_ = 0, dy_h_ = 0;  // strides in 4-byte units
+  std::vector<Group> groups_;
+  std::int64_t gblock_ = 1;  // groups per task
+  Reader dy_reader_, w_reader_;
+};
+
+}  // namespace
+
+namespace {
+
+std::unique_ptr<EngineImpl> make_pixel(const EngineRequest& request, Isa isa, std::string& why_not) {
+  const Problem& p = request.problem;
+  why_not = isa_refusal(isa, request);
+  if (!why_not.empty()) return nullptr;
+  if (p.Cin_g > kMaxPixCi) {
+    why_not = "Cin/groups is " + std::to_string(p.Cin_g) + ", more than " + std::to_string(kMaxPixCi);
+    return nullptr;
+  }
+  const bool pairs = isa == Isa::avx512_bf16;
+  if (pairs && !(exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
+                 p.input_rounding != InputRounding::fp16)) {
+    why_not = std::string("inputs not exact in bf16 (dy ") + to_string(p.dy_dtype) + ", filter " +
+              to_string(p.filter_dtype) +
+              (p.input_rounding == InputRounding::fp16 ? ", fp16 rounding)" : ")");
+    return nullptr;
+  }
+  if (p.kernel[0] * p.kernel[1] * p.kernel[2] > (std::int64_t{1} << 22)) {
+    why_not = "kernel has more than 2^22 taps";
+    return nullptr;
+  }
+  return std::make_unique<PixelEngine>(p, request.threads, avx512_kernels(), pairs);
+}
+
+}  // namespace
+
+std::unique_ptr<EngineImpl> make_pixel_avx512_bf16(const EngineRequest& request, std::string& why_not) {
+  return make_pixel(request, Isa::avx512_bf16, why_not);
+}
+
+std::unique_ptr<EngineImpl> make_pixel_avx512(const EngineRequest& request, std::string& why_not) {
+  return make_pixel(request, Isa::avx512, why_not);
+}
+
+}  // namespace conv3d_dx::cpu

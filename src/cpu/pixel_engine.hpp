@@ -1,0 +1,19 @@
+// The few-channel engine: when a group has few input channels (Cin_g <= 8, depthwise included), vectorise
+// over pixels instead of channels. Same phase decomposition as the GEMM engine; dy is read channel-first
+// (NCDHW fp32 in place, else converted once into the workspace); the filter is packed as [g][tap][co][ci];
+// tiles are CI channels x R rows x P vectors of 16 pixels along W, accumulated in fp32 (AVX-512).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/engine.hpp"
+
+namespace conv3d_dx::cpu {
+
+// bf16 channel pairs through vdpbf16ps when every input is exact in bf16; declines otherwise.
+std::unique_ptr<EngineImpl> make_pixel_avx512_bf16(const EngineRequest&, std::string& why_not);
+// fp32 accumulation of any inputs.
+std::unique_ptr<EngineImpl> make_pixel_avx512(const EngineRequest&, std::string& why_not);
+
+}  // namespace conv3d_dx::cpu

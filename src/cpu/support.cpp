@@ -1,0 +1,86 @@
+#include "cpu/support.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace conv3d_dx::cpu {
+
+int isa_level(Isa isa) {
+  switch (isa) {
+    case Isa::avx512_bf16:
+      return 3;
+    case Isa::avx512:
+      return 2;
+    case Isa::avx2:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+std::string isa_refusal(Isa isa, const EngineRequest& request) {
+  if (!cpu_supports(isa)) return std::string("the CPU lacks ") + to_string(isa);
+  if (isa_level(request.isa) < isa_level(isa))
+    return std::string("needs ") + to_string(isa) + ", requested " + to_string(request.isa);
+  return {};
+}
+
+AlignedPtr alloc_zeroed64(std::size_t bytes) {
+  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr)
+    throw Error(ErrorCode::out_of_memory, "", "cannot allocate " + std::to_string(rounded) + " bytes");
+  std::memset(p, 0, rounded);
+  return AlignedPtr(p);
+}
+
+Reader::Reader(DType dtype, InputRounding rounding) : dtype_(dtype), rounding_(rounding) {
+  if (dtype == DType::f32 && rounding == InputRounding::none) {
+    kind_ = Kind::f32;
+  } else if (dtype == DType::bf16 && rounding != InputRounding::fp16) {
+    kind_ = Kind::bf16;  // HF32 rounding only touches fp32 inputs
+  } else if (dtype == DType::f16) {
+    kind_ = Kind::fp16;  // fp16 values are unchanged by any input rounding
+  } else if (dtype == DType::hif8 || dtype == DType::fp8_e4m3fn) {
+    kind_ = Kind::lut8;
+    for (int c = 0; c < 256; ++c) {
+      const auto code = static_cast<std::uint8_t>(c);
+      lut_[c] = numeric::load_rounded(dtype, &code, 0, rounding);
+    }
+  }
+}
+
+void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int64_t src_stride, void* y,
+               std::int64_t at, std::int64_t y_stride, std::int64_t n) {
+  if (p.y_dtype == DType::f32) {
+    float* out = static_cast<float*>(y) + at;
+    if (src_stride == 1 && y_stride == 1) {
+      std::memcpy(out, src, static_cast<std::size_t>(n) * sizeof(float));
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) out[i * y_stride] = src[i * src_stride];
+    }
+  } else if (p.y_dtype == DType::bf16 || p.y_dtype == DType::f16) {
+    // Vector conversion of contiguous chunks; gathers and scatters around it when the runs are strided.
+    const auto convert = p.y_dtype == DType::bf16 ? ks.to_bf16 : ks.to_fp16;
+    auto* out = static_cast<std::uint16_t*>(y) + at;
+    const bool saturate = p.overflow == OverflowMode::saturate;
+    if (src_stride == 1 && y_stride == 1) {
+      convert(src, out, n, saturate);
+      return;
+    }
+    constexpr std::int64_t kChunk = 64;
+    float in[kChunk];
+    std::uint16_t bits[kChunk];
+    for (std::int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const std::int64_t m = std::min(kChunk, n - i0);
+      for (std::int64_t i = 0; i < m; ++i) in[i] = src[(i0 + i) * src_stride];
+      convert(in, bits, m, saturate);
+      for (std::int64_t i = 0; i < m; ++i) out[(i0 + i) * y_stride] = bits[i];
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i)
+      numeric::store_f32(p.y_dtype, y, at + i * y_stride, src[i * src_stride], p.overflow);
+  }
+}
+
+}  // namespace conv3d_dx::cpu

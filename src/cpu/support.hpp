@@ -1,0 +1,121 @@
+// Helpers shared by the fast engines: ISA levels, aligned memory, reading inputs with the problem's rounding,
+// and storing fp32 results into y with its dtype and overflow mode.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "common/engine.hpp"
+#include "cpu/kernels.hpp"
+#include "numeric/numeric.hpp"
+
+namespace conv3d_dx::cpu {
+
+// 3 avx512_bf16, 2 avx512, 1 avx2, 0 portable.
+int isa_level(Isa isa);
+// Empty when the engine of `isa` may run for the request on this CPU, else why not.
+std::string isa_refusal(Isa isa, const EngineRequest& request);
+
+inline bool exact_in_bf16(DType t) { return t == DType::bf16 || t == DType::hif8 || t == DType::fp8_e4m3fn; }
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using AlignedPtr = std::unique_ptr<void, FreeDeleter>;
+// 64-byte aligned, zero-filled; throws Error(out_of_memory).
+AlignedPtr alloc_zeroed64(std::size_t bytes);
+// The first 64-byte aligned address at or after p (workspaces are sized with 64 bytes to spare).
+inline void* align64(void* p) {
+  return reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(p) + 63) / 64 * 64);
+}
+
+// fp16 bits to fp32, exactly (subnormals, infinities and NaN payloads included).
+inline float fp16_bits_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu,
+                      man = h & 0x3FFu;
+  std::uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (man << 13);
+  } else {
+    const float v = static_cast<float>(man) * 0x1p-24f;  // exact: subnormal or zero
+    std::memcpy(&bits, &v, sizeof bits);
+    bits |= sign;
+  }
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+// Reads elements of an input tensor as fp32 with the problem's input rounding: the common cases inline,
+// everything else through numeric::load_rounded (the single definition of the rounding).
+class Reader {
+ public:
+  Reader(DType dtype, InputRounding rounding);
+
+  // Calls f(get) with get(i) -> float, element i of `base`.
+  template <class F>
+  void visit(const void* base, F&& f) const {
+    switch (kind_) {
+      case Kind::f32: {
+        const auto* p = static_cast<const float*>(base);
+        f([p](std::int64_t i) { return p[i]; });
+        break;
+      }
+      case Kind::bf16: {
+        const auto* p = static_cast<const std::uint16_t*>(base);
+        f([p](std::int64_t i) {
+          const std::uint32_t bits = static_cast<std::uint32_t>(p[i]) << 16;
+          float v;
+          std::memcpy(&v, &bits, sizeof v);
+          return v;
+        });
+        break;
+      }
+      case Kind::fp16: {
+        const auto* p = static_cast<const std::uint16_t*>(base);
+        f([p](std::int64_t i) { return fp16_bits_to_f32(p[i]); });
+        break;
+      }
+      case Kind::lut8: {
+        const auto* p = static_cast<const std::uint8_t*>(base);
+        const float* lut = lut_;
+        f([p, lut](std::int64_t i) { return lut[p[i]]; });
+        break;
+      }
+      case Kind::generic: {
+        const DType dtype = dtype_;
+        const InputRounding rounding = rounding_;
+        f([=](std::int64_t i) { return numeric::load_rounded(dtype, base, i, rounding); });
+        break;
+      }
+    }
+  }
+
+ private:
+  enum class Kind { f32, bf16, fp16, lut8, generic };
+  Kind kind_ = Kind::generic;
+  DType dtype_;
+  InputRounding rounding_;
+  float lut_[256] = {};
+};
+
+// Stores v, exact in the destination type, as element i of an fp32 or bf16 array.
+inline void put(float* dst, std::int64_t i, float v) { dst[i] = v; }
+inline void put(std::uint16_t* dst, std::int64_t i, float v) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  dst[i] = static_cast<std::uint16_t>(bits >> 16);
+}
+
+// y[at + i * y_stride] = src[i * src_stride] for i < n, rounded to y's dtype with the problem's overflow
+// mode.
+void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int64_t src_stride, void* y,
+               std::int64_t at, std::int64_t y_stride, std::int64_t n);
+
+}  // namespace conv3d_dx::cpu

@@ -1,0 +1,97 @@
+// The register-blocked tile kernel, written once over a vector type and included by each instruction-set
+// file (kernels_avx512.cpp, kernels_avx2.cpp) inside its own namespace, so every ISA gets its own copy
+// compiled with its own flags and no inline function is shared between them.
+//
+// acc[M][NV] lives in registers for the whole reduction; for each tap and reduction step the kernel loads NV
+// filter vectors and broadcasts one dy value (or bf16 pair) per pixel. Pixels whose tap falls outside dy
+// (W borders) are skipped: the common shapes of such ranges get compile-time variants, the rest go pixel by
+// pixel. The order of the reduction (taps in list order, then channels ascending) never depends on the
+// blocking of other tiles or on threads.
+//
+// Include it inside a namespace, after <cstdint>, <cstring>, <type_traits> and "cpu/kernels.hpp".
+#pragma once
+
+#define CONV3D_DX_INLINE inline __attribute__((always_inline))
+
+template <int B, int E, class F>
+CONV3D_DX_INLINE void static_for(F&& f) {
+  if constexpr (B < E) {
+    f(std::integral_constant<int, B>{});
+    static_for<B + 1, E>(f);
+  }
+}
+
+// Step policies: S::In is the dy element type.
+template <class V>
+struct F32Step {
+  using In = float;
+  static CONV3D_DX_INLINE typename V::R bcast(const float* d) { return V::bcast(*d); }
+  static CONV3D_DX_INLINE typename V::R fma(typename V::R acc, typename V::R b, typename V::R w) {
+    return V::fma(b, w, acc);
+  }
+};
+
+template <class V, class S, int M, int NV>
+struct Tile {
+  using R = typename V::R;
+  using In = typename S::In;
+  static constexpr std::int64_t kWStep = static_cast<std::int64_t>(NV * sizeof(R));  // bytes per step
+
+  // Pixels [LO, HI) of the tile; d points at pixel LO's dy for this tap.
+  template <int LO, int HI>
+  static CONV3D_DX_INLINE void run(R (&acc)[M][NV], const In* d, std::int64_t ps, std::int64_t cs,
+                                   const char* w, std::int64_t k) {
+    for (std::int64_t s = 0; s < k; ++s) {
+      R wv[NV];
+      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+        wv[v] = V::load(w + s * kWStep + v * static_cast<std::int64_t>(sizeof(R)));
+      });
+      static_for<LO, HI>([&](auto p) __attribute__((always_inline)) {
+        const R b = S::bcast(d + (p - LO) * ps + s * cs);
+        static_for<0, NV>([&](auto v)
+                              __attribute__((always_inline)) { acc[p][v] = S::fma(acc[p][v], b, wv[v]); });
+      });
+    }
+  }
+
+  static void kernel(const TileArgs& a) {
+    R acc[M][NV];
+    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+        acc[p][v] = a.accumulate
+                        ? V::load(reinterpret_cast<const char*>(a.tile + p * a.tile_ps + v * V::kLanes))
+                        : V::zero();
+      });
+    });
+    const In* dy = static_cast<const In*>(a.dy);
+    const std::int64_t ps = a.dy_ps, cs = a.dy_cs;
+    for (std::int64_t t = 0; t < a.ntaps; ++t) {
+      const TapRef& tap = a.taps[t];
+      const char* w = static_cast<const char*>(tap.w);
+      const int lo = tap.lo, hi = tap.hi;
+      const std::int64_t k = tap.k;
+      if (lo == 0 && hi == M) {
+        run<0, M>(acc, dy + tap.dy_off, ps, cs, w, k);
+      } else if (lo == 1 && hi == M) {
+        run<1, M>(acc, dy + (tap.dy_off + ps), ps, cs, w, k);
+      } else if (lo == 0 && hi == M - 1) {
+        run<0, M - 1>(acc, dy + tap.dy_off, ps, cs, w, k);
+      } else {
+        static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+          if (p >= lo && p < hi) run<p, p + 1>(acc, dy + (tap.dy_off + p * ps), ps, cs, w, k);
+        });
+      }
+    }
+    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+        V::store(a.tile + p * a.tile_ps + v * V::kLanes, acc[p][v]);
+      });
+    });
+  }
+};
+
+// Fills table[NV][M] for M in 1..MaxM with Tile<V, S, M, NV>::kernel.
+template <class V, class S, int NV, int MaxM>
+void fill_tiles(TileFn (&table)[kMaxNv + 1][kMaxM + 1]) {
+  static_for<1, MaxM + 1>([&](auto m) { table[NV][m] = &Tile<V, S, m, NV>::kernel; });
+}

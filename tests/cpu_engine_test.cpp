@@ -1,0 +1,503 @@
+// The fast CPU engines (src/cpu) against the float64 reference: every ISA level the CPU has (others skip),
+// every dtype and layout, tile edges (tile - 1, tile, tile + 1 in pixels and channels), strides, dilations,
+// asymmetric pads, groups; exact on small integers; bitwise equal for 1 and 2 threads.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include "common/engine.hpp"
+#include "cpu/gemm_engine.hpp"
+#include "cpu/geometry.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/pixel_engine.hpp"
+#include "cpu/support.hpp"
+#include "numeric/numeric.hpp"
+#include "reference/reference.hpp"
+#include "support/testing.hpp"
+
+namespace conv3d_dx::testing {
+namespace {
+
+constexpr Isa kFastIsas[] = {Isa::avx512_bf16, Isa::avx512, Isa::avx2};
+
+bool exact_in_bf16(DType t) { return t == DType::bf16 || t == DType::hif8 || t == DType::fp8_e4m3fn; }
+
+// Whether the engine of `isa` takes problems of these input dtypes (the bf16 engine only takes bf16-exact).
+bool takes(Isa isa, const Problem& p) {
+  return isa != Isa::avx512_bf16 || (exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
+                                     p.input_rounding != InputRounding::fp16);
+}
+
+// Runs an engine on the instance (as `p` describes it); y holds the result.
+void run_engine(std::unique_ptr<EngineImpl> engine, const std::string& why, Instance& inst) {
+  EXPECT_TRUE(engine) << why;
+  if (!engine) return;
+  std::vector<unsigned char> workspace(engine->workspace_bytes());
+  engine->pack_filter(inst.filter.view.data);
+  engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
+}
+
+void run_gemm(const Problem& p, Instance& inst, Isa isa, const cpu::GemmTuning& tuning = {},
+              int threads = 2) {
+  std::string why;
+  auto engine = cpu::make_gemm(EngineRequest{p, threads, isa}, isa, tuning, why);
+  run_engine(std::move(engine), why, inst);
+}
+
+// The pixel engine over bf16 pairs (pairs) or in fp32.
+void run_pixel(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
+  std::string why;
+  auto engine = pairs ? cpu::make_pixel_avx512_bf16(EngineRequest{p, threads, Isa::avx512_bf16}, why)
+                      : cpu::make_pixel_avx512(EngineRequest{p, threads, Isa::avx512}, why);
+  run_engine(std::move(engine), why, inst);
+}
+
+// fp32 y on small-integer data: every sum is exact, so y must equal the reference exactly.
+::testing::AssertionResult exactly_reference(const Problem& p, const Instance& inst) {
+  const std::vector<double> ref = reference::compute(p, inst.dy.view.data, inst.filter.view.data);
+  std::size_t k = 0, bad = 0;
+  for (std::int64_t n = 0; n < p.N; ++n)
+    for (std::int64_t c = 0; c < p.Cin(); ++c)
+      for (std::int64_t d = 0; d < p.in[0]; ++d)
+        for (std::int64_t h = 0; h < p.in[1]; ++h)
+          for (std::int64_t w = 0; w < p.in[2]; ++w, ++k)
+            if (element(inst.y, {n, c, d, h, w}) != ref[k]) ++bad;
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " elements differ from the exact sums for " << p.describe();
+}
+
+class CpuIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!cpu_supports(GetParam())) GTEST_SKIP() << "CPU lacks " << to_string(GetParam());
+  }
+  // Runs the case (skipping dtypes the engine does not take) and checks it against the reference.
+  void check(const Case& c, std::mt19937_64& rng, Fill fill, const cpu::GemmTuning& tuning = {}) {
+    Instance inst = instantiate(c, rng, fill);
+    const Problem p = validate(inst.spec);
+    if (!takes(GetParam(), p)) return;
+    run_gemm(p, inst, GetParam(), tuning);
+    ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+    if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+      ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+    }
+  }
+};
+
+// Random small problems of every dtype, data format and filter format (groups, depthwise, strides 1..4,
+// dilations 1..3, asymmetric pads, stride > kernel), fp32 y, strided views, HF32 and saturation.
+TEST_P(CpuIsa, RandomSweepAllDtypesAndLayouts) {
+  std::mt19937_64 rng(11 + static_cast<int>(GetParam()));
+  for (DType t : kAllDtypes)
+    for (Layout fmt : kDataFormats)
+      for (Layout ffmt : kFilterFormats)
+        for (int rep = 0; rep < 4; ++rep) {
+          Case c = random_case(rng, t, fmt, ffmt);
+          c.strided_views = rep == 3;
+          if (rep == 2) c.y_dtype = DType::f32;
+          if (rep == 1 && t == DType::f32) c.hf32 = true;
+          if (rep == 1 && t != DType::f32) c.overflow = OverflowMode::saturate;
+          check(c, rng, rep % 2 ? Fill::random : Fill::small_integers);
+        }
+}
+
+// Channel blocks and pixel tiles at their edges: Cin_g = nv*lanes - 1, nv*lanes, nv*lanes + 1 and W phases
+// of max_m - 1, max_m, max_m + 1 pixels (stride 1 and 2), for the default blocking and two small ones.
+TEST_P(CpuIsa, TileEdges) {
+  const int lanes = GetParam() == Isa::avx2 ? 8 : 16;
+  std::mt19937_64 rng(23);
+  struct Blocking {
+    cpu::GemmTuning tuning;
+    int nv, max_m;
+  };
+  const Blocking blockings[] = {{{1, 3}, 1, 3}, {{2, 4}, 2, 4}, {{}, lanes == 16 ? 4 : 2, 6}};
+  for (const Blocking& b : blockings)
+    for (DType t : {DType::f32, DType::bf16})
+      for (Layout fmt : kDataFormats)
+        for (int dc : {-1, 0, 1})
+          for (int dm : {-1, 0, 1})
+            for (std::int64_t s : {1, 2}) {
+              Case c = with_dtype(Case{}, t);
+              c.data_format = fmt;
+              c.Cin = b.nv * lanes + dc;
+              c.Cout = 3 + (dm + 1) % 2;  // odd and even (bf16 pairs)
+              c.in = {2, 3, s * (b.max_m + dm)};
+              c.stride = {1, s, s};
+              c.pad_front = {1, 1, 1};
+              c.pad_back = {0, 1, 2};
+              check(c, rng, dm == 0 ? Fill::random : Fill::small_integers, b.tuning);
+            }
+}
+
+TEST_P(CpuIsa, GroupsDilationsAndLargeStrides) {
+  std::mt19937_64 rng(31);
+  for (DType t : {DType::f32, DType::bf16, DType::fp8_e4m3fn})
+    for (Layout fmt : kDataFormats) {
+      Case c = with_dtype(Case{}, t);
+      c.data_format = fmt;
+      c.groups = 2;
+      c.Cin = 2 * 17;
+      c.Cout = 2 * 5;
+      c.in = {4, 7, 9};
+      c.kernel = {2, 3, 3};
+      c.dilation = {3, 2, 2};
+      c.stride = {3, 2, 4};
+      c.pad_front = {2, 0, 3};
+      c.pad_back = {1, 2, 0};
+      check(c, rng, Fill::random);
+      c.groups = c.Cin = c.Cout = 20;  // depthwise
+      check(c, rng, Fill::small_integers);
+    }
+}
+
+// Inputs of different dtypes (the Problem allows them; the operator front end promotes): fp16 dy with a
+// bf16 filter computes in fp32; bf16 dy with an fp8 filter can use bf16 pairs.
+TEST_P(CpuIsa, MixedInputDtypes) {
+  std::mt19937_64 rng(41);
+  for (auto [dy_t, w_t] : {std::pair{DType::f16, DType::bf16}, std::pair{DType::bf16, DType::fp8_e4m3fn}}) {
+    Case c = with_dtype(Case{}, dy_t);
+    c.Cin = 19;
+    c.Cout = 6;
+    c.y_dtype = DType::f32;
+    Instance inst = instantiate(c, rng, Fill::random);
+    Problem p = validate(inst.spec);
+    inst.filter = make_tensor(w_t, c.filter_format, {c.Cout, c.Cin, 3, 3, 3}, true, false);
+    fill(inst.filter, rng, Fill::random);
+    p.filter_dtype = w_t;
+    if (!takes(GetParam(), p)) continue;
+    run_gemm(p, inst, GetParam());
+    EXPECT_TRUE(matches_reference(p, inst)) << to_string(dy_t) << " dy, " << to_string(w_t) << " filter";
+  }
+}
+
+// The same y bits for 1 and 2 threads (and for a re-run).
+TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
+  std::mt19937_64 rng(53);
+  for (DType t : {DType::f32, DType::bf16})
+    for (Layout fmt : kDataFormats) {
+      Case c = with_dtype(Case{}, t);
+      c.data_format = fmt;
+      c.Cin = 37;
+      c.Cout = 21;
+      c.in = {3, 9, 17};
+      c.stride = {1, 2, 1};
+      c.pad_front = {1, 1, 1};
+      c.pad_back = {1, 0, 1};
+      Instance inst = instantiate(c, rng, Fill::random);
+      const Problem p = validate(inst.spec);
+      if (!takes(GetParam(), p)) continue;
+      run_gemm(p, inst, GetParam(), {}, 1);
+      Tensor first = inst.y;
+      first.view.data =
+          first.bytes.data() + (static_cast<unsigned char*>(inst.y.view.data) - inst.y.bytes.data());
+      for (int threads : {2, 2}) {
+        fill_canary(inst.y);
+        run_gemm(p, inst, GetParam(), {}, threads);
+        EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
+      }
+    }
+}
+
+// Plane mode (a task per y plane, taps in groups of (kd, kh) accumulated in a staging buffer) and unfused W
+// taps sum in the same order as the default, so all give the same bits; and they match the reference.
+TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
+  std::mt19937_64 rng(59);
+  for (DType t : {DType::f32, DType::bf16})
+    for (Layout fmt : kDataFormats)
+      for (std::int64_t s : {1, 2}) {
+        Case c = with_dtype(Case{}, t);
+        c.data_format = fmt;
+        c.Cin = 21;
+        c.Cout = 4;  // short sums: random data stays within the reference tolerance
+        c.in = {5, 6, 13};
+        c.kernel = {2, 2, 3};
+        c.stride = {s, 1, s};
+        c.pad_front = {1, 0, 2};
+        c.pad_back = {2, 1, 0};
+        Instance inst = instantiate(c, rng, Fill::random);
+        const Problem p = validate(inst.spec);
+        if (!takes(GetParam(), p)) continue;
+        run_gemm(p, inst, GetParam(), {0, 0, 0, 0});
+        ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+        Tensor rows = inst.y;
+        rows.view.data =
+            rows.bytes.data() + (static_cast<unsigned char*>(inst.y.view.data) - inst.y.bytes.data());
+        for (int dh_group : {1, 2, 5}) {
+          fill_canary(inst.y);
+          run_gemm(p, inst, GetParam(), {0, 0, 1, dh_group});
+          EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", tap groups of " << dh_group;
+          EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+        }
+        // Fused W taps sum in the same order as separate ones.
+        fill_canary(inst.y);
+        run_gemm(p, inst, GetParam(), {0, 0, 0, 0, false});
+        EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", W taps not fused";
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, CpuIsa, ::testing::ValuesIn(kFastIsas),
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+// Plan picks the fast engine of the requested ISA, and each faster engine says why it declined.
+TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
+  std::mt19937_64 rng(61);
+  Case wide = with_dtype(Case{}, DType::bf16);
+  wide.Cin = 20;  // more than the pixel engine takes
+  Instance inst = instantiate(wide, rng, Fill::random);
+  const Problem p = validate(inst.spec);
+  const std::pair<Isa, const char*> expected[] = {{Isa::avx512_bf16, "gemm_avx512_bf16"},
+                                                  {Isa::avx512, "gemm_avx512"},
+                                                  {Isa::avx2, "gemm_avx2"},
+                                                  {Isa::portable, "direct"}};
+  for (auto [isa, name] : expected) {
+    if (!cpu_supports(isa)) continue;
+    Options o;
+    o.isa = isa;
+    Plan plan(p, o);
+    EXPECT_EQ(plan.engine_name(), name);
+    if (isa == Isa::avx2) {
+      ASSERT_GE(plan.declined().size(), 4u);
+      EXPECT_EQ(plan.declined()[0], "pixel_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[1], "pixel_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[2], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[3], "gemm_avx512: needs avx512, requested avx2");
+    }
+  }
+  // fp32 inputs: the bf16 engine declines and says why.
+  Case wide32 = Case{};
+  wide32.Cin = 20;
+  Instance f32 = instantiate(wide32, rng, Fill::random);
+  if (cpu_supports(Isa::avx512_bf16)) {
+    Options o;
+    o.isa = Isa::avx512_bf16;
+    Plan plan(validate(f32.spec), o);
+    EXPECT_EQ(plan.engine_name(), "gemm_avx512");
+    ASSERT_GE(plan.declined().size(), 3u);
+    EXPECT_EQ(plan.declined()[0], "pixel_avx512_bf16: Cin/groups is 20, more than 8");
+    EXPECT_EQ(plan.declined()[1], "pixel_avx512: Cin/groups is 20, more than 8");
+    EXPECT_NE(plan.declined()[2].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[2];
+  }
+  // Few input channels per group: the pixel engine, over bf16 pairs where the inputs allow.
+  if (cpu_supports(Isa::avx512)) {
+    Instance few = instantiate(Case{}, rng, Fill::random);
+    Options o;
+    o.isa = Isa::avx512;
+    EXPECT_EQ(Plan(validate(few.spec), o).engine_name(), "pixel_avx512");
+  }
+  if (cpu_supports(Isa::avx512_bf16)) {
+    Instance few = instantiate(with_dtype(Case{}, DType::hif8), rng, Fill::random);
+    Options o;
+    o.isa = Isa::avx512_bf16;
+    EXPECT_EQ(Plan(validate(few.spec), o).engine_name(), "pixel_avx512_bf16");
+  }
+}
+
+// The pixel-vectorised engine (few input channels per group, depthwise), in fp32 and over bf16 pairs.
+class CpuPixel : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+    if (!cpu_supports(isa)) GTEST_SKIP() << "CPU lacks " << to_string(isa);
+  }
+  // Runs the case (skipping dtypes the bf16 variant does not take) and checks it against the reference.
+  void check(const Case& c, std::mt19937_64& rng, Fill fill) {
+    Instance inst = instantiate(c, rng, fill);
+    const Problem p = validate(inst.spec);
+    if (!takes(GetParam() ? Isa::avx512_bf16 : Isa::avx512, p)) return;
+    run_pixel(p, inst, GetParam());
+    ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+    if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+      ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+    }
+  }
+};
+
+TEST_P(CpuPixel, RandomSweepAllDtypesAndLayouts) {
+  std::mt19937_64 rng(83);
+  for (DType t : kAllDtypes)
+    for (Layout fmt : kDataFormats)
+      for (Layout ffmt : kFilterFormats)
+        for (int rep = 0; rep < 4; ++rep) {
+          Case c = random_case(rng, t, fmt, ffmt);
+          c.strided_views = rep == 3;
+          if (rep == 2) c.y_dtype = DType::f32;
+          if (rep == 1 && t == DType::f32) c.hf32 = true;
+          if (rep == 1 && t != DType::f32) c.overflow = OverflowMode::saturate;
+          check(c, rng, rep % 2 ? Fill::random : Fill::small_integers);
+        }
+}
+
+// Every channel count the engine takes; W phases of 15..17, 31..33 and 63..65 pixels (vector edges, stride
+// 1 and 2); row counts around the tile's rows; depthwise with a channel multiplier.
+TEST_P(CpuPixel, TileEdges) {
+  std::mt19937_64 rng(89);
+  for (std::int64_t ci = 1; ci <= 8; ++ci)
+    for (std::int64_t width : {16, 32, 64})
+      for (std::int64_t dw : {-1, 0, 1}) {
+        const std::int64_t s = (ci + dw) % 2 + 1;
+        Case c = with_dtype(Case{}, ci % 2 ? (GetParam() ? DType::hif8 : DType::f32) : DType::bf16);
+        c.data_format = dw == 0 ? Layout::NCDHW : Layout::NDHWC;
+        c.Cin = ci;
+        c.Cout = 3;
+        c.in = {2, 5 + ci, s * (width + dw)};
+        c.stride = {1, 1, s};
+        c.kernel = {2, 3, 3};
+        c.pad_front = {1, 2, 1};
+        c.pad_back = {0, 0, 2};
+        check(c, rng, dw == 0 ? Fill::random : Fill::small_integers);
+      }
+  for (std::int64_t rows : {6, 7, 8, 23, 24}) {
+    Case c = with_dtype(Case{}, GetParam() ? DType::bf16 : DType::f32);
+    c.y_dtype = DType::f32;
+    c.groups = c.Cin = 3;
+    c.Cout = 6;
+    c.in = {1, rows, 20};
+    c.kernel = {1, 3, 3};
+    c.pad_front = {0, 1, 1};
+    c.pad_back = {0, 1, 1};
+    check(c, rng, Fill::small_integers);
+  }
+}
+
+// Channel-last y is written in blocks of groups covering 16 channels: full and partial blocks, Cin_g 1 and 2.
+TEST_P(CpuPixel, DepthwiseAndGroupedBlocks) {
+  std::mt19937_64 rng(101);
+  for (DType t : {DType::f32, DType::bf16, DType::hif8})
+    for (std::int64_t cin_g : {1, 2})
+      for (std::int64_t s : {1, 2}) {
+        Case c = with_dtype(Case{}, t);
+        c.groups = 37;
+        c.Cin = 37 * cin_g;
+        c.Cout = 37 * 2;
+        c.in = {2, 7, 19};
+        c.stride = {1, s, s};
+        c.pad_front = {1, 1, 0};
+        c.pad_back = {1, 0, 2};
+        check(c, rng, s == 1 ? Fill::small_integers : Fill::random);
+        c.y_dtype = DType::f32;
+        check(c, rng, Fill::small_integers);
+      }
+}
+
+TEST_P(CpuPixel, BitwiseIdenticalAcrossThreadCounts) {
+  std::mt19937_64 rng(97);
+  for (Layout fmt : kDataFormats) {
+    Case c;
+    c.data_format = fmt;
+    c.Cin = 3;
+    c.Cout = 10;
+    c.in = {5, 19, 37};
+    c.kernel = {3, 5, 5};
+    c.stride = {2, 2, 2};
+    if (GetParam()) c = with_dtype(c, DType::bf16);
+    Instance inst = instantiate(c, rng, Fill::random);
+    const Problem p = validate(inst.spec);
+    run_pixel(p, inst, GetParam(), 1);
+    Tensor first = inst.y;
+    first.view.data =
+        first.bytes.data() + (static_cast<unsigned char*>(inst.y.view.data) - inst.y.bytes.data());
+    fill_canary(inst.y);
+    run_pixel(p, inst, GetParam(), 2);
+    EXPECT_TRUE(same_bits(first, inst.y)) << c.name();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPixel, ::testing::Bool(),
+                         [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
+
+// The vector output encoders agree bit for bit with numeric's scalar ones (ties, subnormals, overflow, inf,
+// NaN, both overflow modes, every tail length), and the transposing store moves every element once.
+TEST(CpuKernels, VectorEncodersMatchNumeric) {
+  std::mt19937_64 rng(107);
+  std::vector<float> values;
+  for (std::uint32_t bits : {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00001u,
+                             0x477FE000u, 0x477FEFFFu, 0x477FF000u, 0x477FF001u, 0x7F7F8000u, 0x7F7F7FFFu,
+                             0x33800000u, 0x33000000u, 0x00000001u, 0x807FFFFFu, 0x38800000u, 0x387FE000u})
+    values.push_back(std::bit_cast<float>(bits));
+  std::uniform_int_distribution<std::uint32_t> any;
+  for (int i = 0; i < 20000; ++i) values.push_back(std::bit_cast<float>(any(rng)));
+  // Values near fp16 and bf16 rounding boundaries.
+  for (int i = 0; i < 20000; ++i)
+    values.push_back(std::bit_cast<float>((any(rng) & 0x8FFFFFFFu) | 0x30000000u | (any(rng) & 0x0FFF0000u)));
+  const std::int64_t n = static_cast<std::int64_t>(values.size());
+  for (Isa isa : {Isa::avx512, Isa::avx2}) {
+    if (!cpu_supports(isa)) continue;
+    const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
+    for (bool saturate : {false, true})
+      for (std::int64_t len : {n, std::int64_t{1}, std::int64_t{15}, std::int64_t{17}}) {
+        std::vector<std::uint16_t> b(static_cast<std::size_t>(len)), h(static_cast<std::size_t>(len));
+        ks.to_bf16(values.data(), b.data(), len, saturate);
+        ks.to_fp16(values.data(), h.data(), len, saturate);
+        for (std::int64_t i = 0; i < len; ++i) {
+          const float v = values[static_cast<std::size_t>(i)];
+          ASSERT_EQ(b[static_cast<std::size_t>(i)], numeric::f32_to_bf16(v, saturate))
+              << std::hex << std::bit_cast<std::uint32_t>(v);
+          ASSERT_EQ(h[static_cast<std::size_t>(i)], numeric::f32_to_fp16(v, saturate))
+              << std::hex << std::bit_cast<std::uint32_t>(v);
+        }
+      }
+    if (!ks.store_transposed) continue;
+    for (std::int64_t nr : {1, 15, 16, 17, 40})
+      for (std::int64_t nc : {1, 16, 33}) {
+        std::vector<float> a(static_cast<std::size_t>(nr * (nc + 3)));
+        for (auto& v : a) v = values[static_cast<std::size_t>(any(rng) % static_cast<std::uint32_t>(n))];
+        std::vector<float> yf(static_cast<std::size_t>(nc * (nr + 2)), -1.0f);
+        std::vector<std::uint16_t> yb(yf.size(), 0xAAAA);
+        ks.store_transposed(a.data(), false, nc + 3, nr, nc, yf.data(), false, nr + 2, false);
+        ks.store_transposed(a.data(), false, nc + 3, nr, nc, yb.data(), true, nr + 2, true);
+        for (std::int64_t c = 0; c < nc; ++c)
+          for (std::int64_t r = 0; r < nr + 2; ++r) {
+            const auto at = static_cast<std::size_t>(c * (nr + 2) + r);
+            const float want = r < nr ? a[static_cast<std::size_t>(r * (nc + 3) + c)] : -1.0f;
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(yf[at]), std::bit_cast<std::uint32_t>(want));
+            ASSERT_EQ(yb[at], r < nr ? numeric::f32_to_bf16(want, true) : 0xAAAA);
+          }
+      }
+  }
+  // The inline fp16 decoder of the engines' reader, for every code.
+  for (std::uint32_t code = 0; code < 65536; ++code) {
+    const float got = cpu::fp16_bits_to_f32(static_cast<std::uint16_t>(code));
+    const float want = numeric::fp16_to_f32(static_cast<std::uint16_t>(code));
+    ASSERT_TRUE(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want) ||
+                (std::isnan(got) && std::isnan(want)))
+        << code;
+  }
+}
+
+// The phase decomposition reaches exactly the (kernel index, dy index) pairs of the definition.
+TEST(CpuGeometry, PhasesMatchBruteForce) {
+  std::mt19937_64 rng(71);
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  for (int rep = 0; rep < 300; ++rep) {
+    const std::int64_t k = pick(1, 5), s = pick(1, 5), d = pick(1, 4), pad = pick(0, 4);
+    const std::int64_t dil = (k - 1) * d + 1, in = std::max<std::int64_t>(1, dil - pad) + pick(0, 9);
+    const std::int64_t out = (in + pad + pick(0, 3) - dil) / s + 1;
+    if (out < 1) continue;
+    const cpu::Axis axis(in, out, k, s, d, pad);
+    std::int64_t covered = 0;
+    for (const auto& ph : axis.phases) covered += ph.count;
+    ASSERT_EQ(covered, in);
+    for (std::int64_t i = 0; i < in; ++i) {
+      std::set<std::pair<std::int64_t, std::int64_t>> want, got;
+      for (std::int64_t kk = 0; kk < k; ++kk) {
+        const std::int64_t pos = i + pad - kk * d;
+        if (pos >= 0 && pos % s == 0 && pos / s < out) want.insert({kk, pos / s});
+      }
+      const auto& ph = axis.phases[static_cast<std::size_t>(axis.phase_of(i))];
+      const std::int64_t j = axis.j_of(i);
+      ASSERT_EQ(ph.first + s * j, i);
+      for (const auto& t : ph.taps)
+        if (axis.valid(t, j)) got.insert({t.k, j + t.off});
+      ASSERT_EQ(want, got) << "in " << in << " out " << out << " k " << k << " s " << s << " d " << d
+                           << " pad " << pad << " i " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace conv3d_dx::testing
