@@ -67,7 +67,14 @@ void Plan::State::create_engine() {
   const EngineRequest request{problem, threads, isa};
   for (const EngineFactory& factory : cpu_engines()) {
     std::string why_not;
-    engine = factory.create(request, why_not);
+    try {
+      engine = factory.create(request, why_not);
+    } catch (const std::bad_alloc&) {  // e.g. tables sized by a huge stride: a leaner engine may still fit
+      why_not = "not enough memory for its tables";
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::out_of_memory) throw;
+      why_not = e.what();
+    }
     if (engine) return;
     declined.push_back(std::string(factory.name) + ": " + why_not);
   }
