@@ -362,17 +362,19 @@ TEST_P(CpuPixel, TileEdges) {
   }
 }
 
-// Channel-last y is written in blocks of groups covering 16 channels: full and partial blocks, Cin_g 1 and 2.
+// Channel-last y is written in blocks of groups covering 16 channels: full and partial blocks, Cin_g 1 and 2;
+// channel-first y with W stride 2 through rows staged across the W phases (odd and even widths).
 TEST_P(CpuPixel, DepthwiseAndGroupedBlocks) {
   std::mt19937_64 rng(101);
   for (DType t : {DType::f32, DType::bf16, DType::hif8})
     for (std::int64_t cin_g : {1, 2})
       for (std::int64_t s : {1, 2}) {
         Case c = with_dtype(Case{}, t);
+        c.data_format = t != DType::f32 ? Layout::NCDHW : Layout::NDHWC;  // staged rows too
         c.groups = 37;
         c.Cin = 37 * cin_g;
         c.Cout = 37 * 2;
-        c.in = {2, 7, 19};
+        c.in = {2, 7, 18 + cin_g};
         c.stride = {1, s, s};
         c.pad_front = {1, 1, 0};
         c.pad_back = {1, 0, 2};
@@ -408,6 +410,130 @@ TEST_P(CpuPixel, BitwiseIdenticalAcrossThreadCounts) {
 INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPixel, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
 
+// Multiplies every element of a bf16 tensor view by 2^e (exact for the small integers scaled here).
+void scale_bf16(Tensor& t, int e) {
+  const TensorView& v = t.view;
+  ASSERT_EQ(v.dtype, DType::bf16);
+  auto* base = static_cast<std::uint16_t*>(v.data);
+  for (std::int64_t a = 0; a < v.shape[0]; ++a)
+    for (std::int64_t b = 0; b < v.shape[1]; ++b)
+      for (std::int64_t c = 0; c < v.shape[2]; ++c)
+        for (std::int64_t d = 0; d < v.shape[3]; ++d)
+          for (std::int64_t f = 0; f < v.shape[4]; ++f) {
+            std::uint16_t& cell = base[a * v.strides[0] + b * v.strides[1] + c * v.strides[2] +
+                                       d * v.strides[3] + f * v.strides[4]];
+            const float x = std::ldexp(std::bit_cast<float>(static_cast<std::uint32_t>(cell) << 16), e);
+            const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+            ASSERT_EQ(bits & 0xFFFFu, 0u) << "not exact in bf16 after scaling by 2^" << e;
+            cell = static_cast<std::uint16_t>(bits >> 16);
+          }
+}
+
+// vdpbf16ps treats denormal inputs as zero and flushes denormal products and partial sums. On small
+// integers scaled to tiny magnitudes (bf16 subnormal inputs; products down to 2^-149; sums whose partial
+// values pass through the denormal range) every fp32 sum is still exact, so y must equal the exact sums:
+// the bf16 engines (GEMM and pixel, both layouts, even and odd Cout for in-place and converted dy) switch
+// to exact kernels; and 1 and 2 threads give the same bits.
+TEST(CpuBf16, TinyInputsAreExact) {
+  if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
+  std::mt19937_64 rng(113);
+  // (dy exponent, filter exponent): both tiny; dy subnormal only; filter subnormal only; products 2^-149.
+  const std::pair<int, int> scales[] = {{-64, -64}, {-130, 0}, {0, -130}, {-70, -79}};
+  for (bool pixel : {false, true})
+    for (Layout fmt : kDataFormats)
+      for (std::int64_t cout : {4, 5})
+        for (auto [dy_e, w_e] : scales) {
+          Case c = with_dtype(Case{}, DType::bf16);
+          c.y_dtype = DType::f32;
+          c.data_format = fmt;
+          c.Cin = pixel ? 3 : 19;
+          c.Cout = cout;
+          c.strided_views = dy_e == -130;  // dy scanned in place with gaps between pixels
+          c.in = {3, 6, 18};
+          c.stride = {1, 2, 1};
+          c.pad_front = {1, 1, 1};
+          c.pad_back = {1, 0, 1};
+          Instance inst = instantiate(c, rng, Fill::small_integers);
+          scale_bf16(inst.dy, dy_e);
+          scale_bf16(inst.filter, w_e);
+          const Problem p = validate(inst.spec);
+          const std::string what = c.name() + ", dy 2^" + std::to_string(dy_e) + ", filter 2^" +
+                                   std::to_string(w_e) + (pixel ? ", pixel" : ", gemm");
+          Tensor first = inst.y;
+          first.view.data =
+              first.bytes.data() + (static_cast<unsigned char*>(inst.y.view.data) - inst.y.bytes.data());
+          for (int threads : {1, 2}) {
+            fill_canary(inst.y);
+            if (pixel)
+              run_pixel(p, inst, true, threads);
+            else
+              run_gemm(p, inst, Isa::avx512_bf16, {}, threads);
+            ASSERT_TRUE(exactly_reference(p, inst)) << what << ", " << threads << " threads";
+            ASSERT_TRUE(padding_intact(inst.y)) << what;
+            if (threads == 1) {
+              first.bytes = inst.y.bytes;
+              first.view.data =
+                  first.bytes.data() + (static_cast<unsigned char*>(inst.y.view.data) - inst.y.bytes.data());
+            } else {
+              EXPECT_TRUE(same_bits(first, inst.y)) << what;
+            }
+          }
+          // bf16 y: the exact sums are representable, so within one rounding means equal.
+          c.y_dtype = DType::bf16;
+          Instance low = instantiate(c, rng, Fill::small_integers);
+          scale_bf16(low.dy, dy_e);
+          scale_bf16(low.filter, w_e);
+          const Problem pl = validate(low.spec);
+          if (pixel)
+            run_pixel(pl, low, true);
+          else
+            run_gemm(pl, low, Isa::avx512_bf16);
+          EXPECT_TRUE(matches_reference(pl, low)) << what << ", bf16 y";
+        }
+}
+
+// Detection is per pack (filter) and per call (dy): a subnormal filter is handled in every call that uses
+// its pack, a subnormal dy in the call that passes it, and ordinary data after both is still exact.
+TEST(CpuBf16, TinyDetectionIsPerPackAndPerCall) {
+  if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
+  std::mt19937_64 rng(127);
+  for (bool pixel : {false, true})
+    for (Layout fmt : kDataFormats) {
+      Case c = with_dtype(Case{}, DType::bf16);
+      c.y_dtype = DType::f32;
+      c.data_format = fmt;
+      c.Cin = pixel ? 2 : 17;
+      c.Cout = 6;
+      c.in = {2, 5, 9};
+      c.pad_front = {1, 1, 1};
+      c.pad_back = {1, 1, 1};
+      // a: subnormal filter; b: subnormal dy; o1, o2: ordinary (their filter views are repointed).
+      Instance a = instantiate(c, rng, Fill::small_integers), b = instantiate(c, rng, Fill::small_integers);
+      Instance o1 = instantiate(c, rng, Fill::small_integers), o2 = instantiate(c, rng, Fill::small_integers);
+      scale_bf16(a.filter, -130);
+      scale_bf16(b.dy, -130);
+      const Problem p = validate(a.spec);
+      std::string why;
+      auto engine = pixel ? cpu::make_pixel_avx512_bf16(EngineRequest{p, 2, Isa::avx512_bf16}, why)
+                          : cpu::make_gemm(EngineRequest{p, 2, Isa::avx512_bf16}, Isa::avx512_bf16, {}, why);
+      ASSERT_TRUE(engine) << why;
+      std::vector<unsigned char> workspace(engine->workspace_bytes());
+      const auto run = [&](const Instance& inst, const char* what) {
+        engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
+        EXPECT_TRUE(exactly_reference(p, inst)) << c.name() << (pixel ? ", pixel, " : ", gemm, ") << what;
+      };
+      engine->pack_filter(a.filter.view.data);
+      o1.filter = a.filter;
+      o2.filter = a.filter;
+      run(o1, "subnormal filter, ordinary dy");
+      run(o2, "the same pack, another call");
+      engine->pack_filter(b.filter.view.data);
+      run(b, "ordinary filter, subnormal dy");
+      o1.filter = b.filter;
+      run(o1, "ordinary filter and dy");
+    }
+}
+
 // The vector output encoders agree bit for bit with numeric's scalar ones (ties, subnormals, overflow, inf,
 // NaN, both overflow modes, every tail length), and the transposing store moves every element once.
 TEST(CpuKernels, VectorEncodersMatchNumeric) {
@@ -439,6 +565,80 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
               << std::hex << std::bit_cast<std::uint32_t>(v);
         }
       }
+    if (ks.store_rows_bf16)
+      for (bool saturate : {false, true})
+        for (std::int64_t nc : {1, 16, 33, 64}) {
+          const std::int64_t nr = 7, a_rs = 70, y_rs = nc + 5;
+          std::vector<float> a(static_cast<std::size_t>(nr * a_rs));
+          for (auto& v : a) v = values[static_cast<std::size_t>(any(rng) % static_cast<std::uint32_t>(n))];
+          a[3] = std::bit_cast<float>(0x7FC00001u);  // a NaN in row 0
+          std::vector<std::uint16_t> yb(static_cast<std::size_t>(nr * y_rs), 0xAAAA);
+          ks.store_rows_bf16(a.data(), a_rs, nr, nc, yb.data(), y_rs, saturate);
+          for (std::int64_t r = 0; r < nr; ++r)
+            for (std::int64_t c = 0; c < y_rs; ++c)
+              ASSERT_EQ(
+                  yb[static_cast<std::size_t>(r * y_rs + c)],
+                  c < nc ? numeric::f32_to_bf16(a[static_cast<std::size_t>(r * a_rs + c)], saturate) : 0xAAAA)
+                  << "row " << r << " column " << c << " of " << nc;
+        }
+    if (ks.transpose_bf16_pairs)
+      for (std::int64_t nr : {2, 30, 32, 34, 66})
+        for (std::int64_t nc : {1, 15, 16, 17, 40}) {
+          const std::int64_t a_rs = nc + 3, y_ps = nr + 4;
+          std::vector<std::uint16_t> a(static_cast<std::size_t>(nr * a_rs));
+          // Random bits, or values that are not tiny (tiny_bf16) but for at most one tiny element.
+          const bool plain = nc % 2 == 1;
+          for (auto& v : a) v = static_cast<std::uint16_t>(plain ? (any(rng) & 0x80FF) | 0x3F00 : any(rng));
+          bool want_tiny = false;
+          if (plain && nr > 30) a[static_cast<std::size_t>((nr - 1) * a_rs + nc - 1)] = 0x8001;
+          for (std::int64_t r = 0; r < nr; ++r)
+            for (std::int64_t c = 0; c < nc; ++c)
+              want_tiny |= cpu::tiny_bf16(a[static_cast<std::size_t>(r * a_rs + c)]);
+          std::vector<std::uint16_t> yb(static_cast<std::size_t>(nc * y_ps), 0xAAAA);
+          ASSERT_EQ(ks.transpose_bf16_pairs(a.data(), a_rs, nr, nc, yb.data(), y_ps), want_tiny)
+              << nr << " x " << nc;
+          for (std::int64_t c = 0; c < nc; ++c)
+            for (std::int64_t r = 0; r < y_ps; ++r)
+              ASSERT_EQ(yb[static_cast<std::size_t>(c * y_ps + r)],
+                        r < nr ? a[static_cast<std::size_t>(r * a_rs + c)] : 0xAAAA)
+                  << nr << " x " << nc << " at " << r << ", " << c;
+        }
+    if (ks.interleave_f32)
+      for (std::int64_t len : {1, 2, 15, 16, 17, 31, 32, 33, 65}) {
+        std::vector<float> a(static_cast<std::size_t>((len + 1) / 2)), b(a.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          a[i] = values[static_cast<std::size_t>(any(rng) % static_cast<std::uint32_t>(n))];
+          b[i] = values[static_cast<std::size_t>(any(rng) % static_cast<std::uint32_t>(n))];
+        }
+        std::vector<float> out(static_cast<std::size_t>(len + 3), -1.0f);
+        ks.interleave_f32(a.data(), b.data(), out.data(), len);
+        for (std::int64_t i = 0; i < len + 3; ++i) {
+          const float want = i >= len     ? -1.0f
+                             : i % 2 == 0 ? a[static_cast<std::size_t>(i / 2)]
+                                          : b[static_cast<std::size_t>(i / 2)];
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(out[static_cast<std::size_t>(i)]),
+                    std::bit_cast<std::uint32_t>(want))
+              << len << " at " << i;
+        }
+      }
+    if (ks.interleave_bf16)
+      for (std::int64_t len : {1, 15, 16, 17, 40})
+        for (bool with_b : {true, false}) {
+          std::vector<std::uint16_t> a(static_cast<std::size_t>(len)), b(a.size());
+          for (std::size_t i = 0; i < a.size(); ++i) {
+            a[i] = static_cast<std::uint16_t>(any(rng));
+            b[i] = static_cast<std::uint16_t>(any(rng));
+          }
+          std::vector<std::uint16_t> out(static_cast<std::size_t>(2 * len + 3), 0xAAAA);
+          ks.interleave_bf16(a.data(), with_b ? b.data() : nullptr, out.data(), len);
+          for (std::size_t i = 0; i < out.size(); ++i) {
+            const std::uint16_t want = i >= a.size() * 2 ? 0xAAAA
+                                       : i % 2 == 0      ? a[i / 2]
+                                       : with_b          ? b[i / 2]
+                                                         : std::uint16_t{0};
+            ASSERT_EQ(out[i], want) << len << " at " << i;
+          }
+        }
     if (!ks.store_transposed) continue;
     for (std::int64_t nr : {1, 15, 16, 17, 40})
       for (std::int64_t nc : {1, 16, 33}) {

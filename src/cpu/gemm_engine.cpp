@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "common/parallel.hpp"
@@ -130,37 +131,46 @@ class GemmEngine final : public EngineImpl {
 
   void pack_filter(const void* filter) override {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
+    // Per block: whether it holds a bf16 value too small for vdpbf16ps (see tiny_bf16).
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(p_.G * nb), 0);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * nb, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t gb = begin; gb < end; ++gb) {
           if (bf16_)
-            pack_block(get, gb / nb, blocks_[static_cast<std::size_t>(gb % nb)],
-                       static_cast<std::uint16_t*>(wpack_.get()));
+            tiny[static_cast<std::size_t>(gb)] =
+                pack_block(get, gb / nb, blocks_[static_cast<std::size_t>(gb % nb)],
+                           static_cast<std::uint16_t*>(wpack_.get()));
           else
             pack_block(get, gb / nb, blocks_[static_cast<std::size_t>(gb % nb)],
                        static_cast<float*>(wpack_.get()));
         }
       });
     });
+    tiny_filter_ = std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
   void execute(const void* dy, void* y, void* workspace) override {
     if (p_.N == 0) return;
     const void* src = dy;
+    bool tiny_dy = false;
     if (!direct_dy_) {
       void* ws = align64(workspace);
       if (bf16_)
-        convert_dy(dy, static_cast<std::uint16_t*>(ws));
+        tiny_dy = convert_dy(dy, static_cast<std::uint16_t*>(ws));
       else
         convert_dy(dy, static_cast<float*>(ws));
       src = ws;
+    } else if (bf16_) {
+      tiny_dy = scan_dy_in_place(dy);
     }
+    // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
+    const TileFn(*fns)[kMaxM + 1] = !bf16_ ? ks_.f32 : tiny_filter_ || tiny_dy ? ks_.bf16_exact : ks_.bf16;
     const std::int64_t tasks = p_.N * p_.G * static_cast<std::int64_t>(blocks_.size() * units_.size());
     parallel_for(threads_, tasks, [&](std::int64_t begin, std::int64_t end) {
       std::vector<TapRef> taps(static_cast<std::size_t>(taps_));
       std::vector<float> tile(static_cast<std::size_t>(tile_floats_ + 16));
       float* aligned = static_cast<float*>(align64(tile.data()));
-      for (std::int64_t t = begin; t < end; ++t) run_task(t, src, y, taps.data(), aligned);
+      for (std::int64_t t = begin; t < end; ++t) run_task(t, src, y, fns, taps.data(), aligned);
     });
   }
 
@@ -173,14 +183,16 @@ class GemmEngine final : public EngineImpl {
 
   // Block layout: fp32 [tap][kpad][nv*lanes]; bf16 [tap][kpad/2][nv*lanes][2]. Padding stays zero (the
   // buffer is zeroed once); only real channels are written.
+  // Returns whether a packed bf16 value is tiny (tiny_bf16).
   template <class Get, class T>
-  void pack_block(const Get& get, std::int64_t g, const Block& b, T* wpack) const {
+  bool pack_block(const Get& get, std::int64_t g, const Block& b, T* wpack) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0);
     T* dst = wpack + g * group_w_ + b.w_off;
     const std::int64_t tap_step = kpad_ * cbw;  // elements per tap in both layouts
     // Each (co, tap) writes one contiguous run of channels; the source of one co stays in L1 meanwhile.
     const std::int64_t lane_step = bf16_ ? 2 : 1;
+    bool tiny = false;
     for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
       T* dst_co = dst + (bf16_ ? (co / 2 * cbw) * 2 + (co & 1) : co * cbw);
       const std::int64_t base = (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
@@ -189,13 +201,49 @@ class GemmEngine final : public EngineImpl {
         const std::int64_t src = base + tap_src_[t];
         for (std::int64_t c = 0; c < valid; ++c) put(out, c * lane_step, get(src + c * s[1]));
       }
+      // The pairs of (co & ~1, co | 1) just written, while they are in L1: zero padding is not tiny.
+      if constexpr (std::is_same_v<T, std::uint16_t>)
+        if ((co & 1) || co + 1 == p_.Cout_g)
+          for (std::int64_t t = 0; t < taps_; ++t)
+            tiny |= ks_.any_tiny_bf16(dst + (co / 2 * cbw) * 2 + t * tap_step, 2 * cbw);
     }
+    return tiny;
+  }
+
+  // Whether bf16 dy, read in place (channels contiguous), holds a tiny value (tiny_bf16).
+  bool scan_dy_in_place(const void* dy) const {
+    if (p_.dy_dtype != DType::bf16) return false;
+    const auto& s = p_.dy_strides;
+    const std::int64_t C = p_.G * p_.Cout_g, rows = p_.N * p_.out[0] * p_.out[1];
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(rows), 0);
+    parallel_for(threads_, rows, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::int64_t oh = r % p_.out[1], od = r / p_.out[1] % p_.out[0], n = r / p_.out[1] / p_.out[0];
+        const auto* row = static_cast<const std::uint16_t*>(dy) + n * s[0] + od * s[2] + oh * s[3];
+        bool any = false;
+        if (s[4] == C) {
+          any = ks_.any_tiny_bf16(row, p_.out[2] * C);
+        } else {
+          for (std::int64_t ow = 0; ow < p_.out[2] && !any; ++ow) any = ks_.any_tiny_bf16(row + ow * s[4], C);
+        }
+        tiny[static_cast<std::size_t>(r)] = any;
+      }
+    });
+    return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
   // dy into the workspace as [n][g][od][oh][ow][kpad] in the compute type, padding channels with zero.
+  // Returns whether bf16 dy holds a tiny value (tiny_bf16), scanned plane by plane as it is written.
   template <class T>
-  void convert_dy(const void* dy, T* out) const {
+  bool convert_dy(const void* dy, T* out) const {
     const auto& s = p_.dy_strides;
+    const bool scan = std::is_same_v<T, std::uint16_t> && p_.dy_dtype == DType::bf16;
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(scan ? p_.N * p_.G * p_.out[0] : 0), 0);
+    const auto scan_plane = [&](std::int64_t r) {
+      if constexpr (std::is_same_v<T, std::uint16_t>)
+        if (scan) tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
+    };
+    const auto any_tiny = [&] { return std::find(tiny.begin(), tiny.end(), 1) != tiny.end(); };
     // Exact fp32 or bf16 dy with contiguous W (NCDHW): transpose each row of Cout_g x Wo in 16 x 16 blocks.
     const bool exact = p_.input_rounding == InputRounding::none ||
                        (p_.input_rounding == InputRounding::hf32 && p_.dy_dtype != DType::f32);
@@ -203,17 +251,31 @@ class GemmEngine final : public EngineImpl {
         (p_.dy_dtype == DType::f32 || p_.dy_dtype == DType::bf16) && (kpad_ == p_.Cout_g)) {
       const bool src_bf16 = p_.dy_dtype == DType::bf16;
       const std::int64_t esize = src_bf16 ? 2 : 4;
+      // bf16 to bf16: move bits by channel pairs, checking for tiny values on the way.
+      const bool pairs = std::is_same_v<T, std::uint16_t> && src_bf16 && ks_.transpose_bf16_pairs;
       parallel_for(threads_, p_.N * p_.G * p_.out[0], [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
           const std::int64_t od = r % p_.out[0], g = r / p_.out[0] % p_.G, n = r / p_.out[0] / p_.G;
+          bool any = false;
           for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
             const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
+            if constexpr (std::is_same_v<T, std::uint16_t>) {
+              if (pairs) {
+                any |= ks_.transpose_bf16_pairs(static_cast<const std::uint16_t*>(dy) + at, s[1], p_.Cout_g,
+                                                p_.out[2], out + r * dy_d_ + oh * dy_h_, kpad_);
+                continue;
+              }
+            }
             ks_.store_transposed(static_cast<const char*>(dy) + at * esize, src_bf16, s[1], p_.Cout_g,
                                  p_.out[2], out + r * dy_d_ + oh * dy_h_, bf16_, kpad_, false);
           }
+          if (pairs)
+            tiny[static_cast<std::size_t>(r)] = any;
+          else
+            scan_plane(r);
         }
       });
-      return;
+      return any_tiny();
     }
     dy_reader_.visit(dy, [&](auto get) {
       parallel_for(threads_, p_.N * p_.G * p_.out[0], [&](std::int64_t begin, std::int64_t end) {
@@ -232,13 +294,17 @@ class GemmEngine final : public EngineImpl {
                 put(row, ow * kpad_ + co, get(base + ow * s[4]));
             }
           }
+          scan_plane(r);
         }
       });
     });
+    return any_tiny();
   }
 
   // One task: rows [ih0, ih1) of y plane (n, g, id) for one channel block, every W phase.
-  void run_task(std::int64_t t, const void* dy, void* y, TapRef* taps, float* tile) const {
+  // fns: the tile kernels of the compute type ([NV][M]).
+  void run_task(std::int64_t t, const void* dy, void* y, const TileFn (*fns_nv)[kMaxM + 1], TapRef* taps,
+                float* tile) const {
     const std::int64_t nunits = static_cast<std::int64_t>(units_.size()),
                        nb = static_cast<std::int64_t>(blocks_.size());
     const Unit& u = units_[static_cast<std::size_t>(t % nunits)];
@@ -252,7 +318,7 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
                        steps = bf16_ ? kpad_ / 2 : kpad_;
     const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_) * elem_;
-    const TileFn* fns = bf16_ ? ks_.bf16[b.nv] : ks_.f32[b.nv];
+    const TileFn* fns = fns_nv[b.nv];
     const int max_m = max_m_[b.nv];
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
     if (plane_mode_) std::fill(tile, tile + (u.ih1 - u.ih0) * W.in * cbw, 0.0f);
@@ -265,37 +331,24 @@ class GemmEngine final : public EngineImpl {
         for (const AxisPhase& PW : W.phases) {
           if (PW.count == 0) continue;
           const std::int64_t nblk = ceil_div(PW.count, max_m);
+          // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap) has the tap
+          // list of the previous such tile shifted by the pixels between them: reuse it.
+          std::int64_t ntaps = 0, built_j0 = 0;
+          bool built_inside = false;
           for (std::int64_t k = 0; k < nblk; ++k) {
             const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
-            std::int64_t ntaps = 0;
-            for (const AxisTap& td : PD.taps) {
-              if (!D.valid(td, jd)) continue;
-              for (const AxisTap& th : PH.taps) {
-                const std::int64_t dh = td.k * p_.kernel[1] + th.k;
-                if (dh < dh_begin || dh >= dh_end || !H.valid(th, jh)) continue;
-                const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
-                const std::int64_t off_dh = (jd + td.off) * dy_d_ + (jh + th.off) * dy_h_;
-                // W taps in packed order (decreasing k = increasing dy offset). When the tile is inside dy
-                // for all of them and their dy values are contiguous, they form one reduction: same order.
-                const auto& wt = PW.taps;
-                const std::int64_t nw = static_cast<std::int64_t>(wt.size());
-                if (nw > 1 && fuse_w_ && j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out) {
-                  taps[ntaps++] = {
-                      off_dh + (j0 + wt.back().off) * dy_w_,
-                      wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes,
-                      nw * steps, 0, static_cast<std::int32_t>(m)};
-                  continue;
-                }
-                for (auto it = wt.rbegin(); it != wt.rend(); ++it) {
-                  const AxisTap& tw = *it;
-                  const std::int64_t lo = std::clamp<std::int64_t>(-tw.off - j0, 0, m);
-                  const std::int64_t hi = std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
-                  if (lo >= hi) continue;
-                  taps[ntaps++] = {off_dh + (j0 + tw.off) * dy_w_,
-                                   wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(tw.k)]) * tap_bytes,
-                                   steps, static_cast<std::int32_t>(lo), static_cast<std::int32_t>(hi)};
-                }
+            const bool inside =
+                !PW.taps.empty() && j0 + PW.taps.back().off >= 0 && j0 + m - 1 + PW.taps.front().off < W.out;
+            if (inside && built_inside) {
+              for (std::int64_t i = 0; i < ntaps; ++i) {
+                taps[i].dy_off += (j0 - built_j0) * dy_w_;
+                taps[i].hi = static_cast<std::int32_t>(m);
               }
+              built_j0 = j0;
+            } else {
+              built_inside = inside;
+              built_j0 = j0;
+              ntaps = build_taps(PD, PH, PW, jd, jh, dh_begin, dh_end, j0, m, wblock, tap_bytes, steps, taps);
             }
             const std::int64_t iw0 = PW.first + W.stride * j0;
             if (plane_mode_) {
@@ -317,13 +370,55 @@ class GemmEngine final : public EngineImpl {
                    1, y);
   }
 
+  // The taps of the tile of m pixels from j0 of W phase PW in y row (jd of PD, jh of PH), for the (kd, kh)
+  // pairs in [dh_begin, dh_end): (kd, kh) in order, then W taps in packed order. Returns their number.
+  std::int64_t build_taps(const AxisPhase& PD, const AxisPhase& PH, const AxisPhase& PW, std::int64_t jd,
+                          std::int64_t jh, std::int64_t dh_begin, std::int64_t dh_end, std::int64_t j0,
+                          std::int64_t m, const char* wblock, std::int64_t tap_bytes, std::int64_t steps,
+                          TapRef* taps) const {
+    const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
+    std::int64_t ntaps = 0;
+    for (const AxisTap& td : PD.taps) {
+      if (!D.valid(td, jd)) continue;
+      for (const AxisTap& th : PH.taps) {
+        const std::int64_t dh = td.k * p_.kernel[1] + th.k;
+        if (dh < dh_begin || dh >= dh_end || !H.valid(th, jh)) continue;
+        const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
+        const std::int64_t off_dh = (jd + td.off) * dy_d_ + (jh + th.off) * dy_h_;
+        // W taps in packed order (decreasing k = increasing dy offset). When the tile is inside dy
+        // for all of them and their dy values are contiguous, they form one reduction: same order.
+        const auto& wt = PW.taps;
+        const std::int64_t nw = static_cast<std::int64_t>(wt.size());
+        if (nw > 1 && fuse_w_ && j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out) {
+          taps[ntaps++] = {off_dh + (j0 + wt.back().off) * dy_w_,
+                           wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes,
+                           nw * steps, 0, static_cast<std::int32_t>(m)};
+          continue;
+        }
+        for (auto it = wt.rbegin(); it != wt.rend(); ++it) {
+          const AxisTap& tw = *it;
+          const std::int64_t lo = std::clamp<std::int64_t>(-tw.off - j0, 0, m);
+          const std::int64_t hi = std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
+          if (lo >= hi) continue;
+          taps[ntaps++] = {off_dh + (j0 + tw.off) * dy_w_,
+                           wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(tw.k)]) * tap_bytes, steps,
+                           static_cast<std::int32_t>(lo), static_cast<std::int32_t>(hi)};
+        }
+      }
+    }
+    return ntaps;
+  }
+
   // Writes tile [m][cbw] (valid channels from c0) to y pixels iw0, iw0 + step, ... of row (n, id, ih).
   void store_tile(const float* tile, std::int64_t m, std::int64_t cbw, int valid, std::int64_t n,
                   std::int64_t c0, std::int64_t id, std::int64_t ih, std::int64_t iw0, std::int64_t step,
                   void* y) const {
     const auto& s = p_.y_strides;
     const std::int64_t base = n * s[0] + c0 * s[1] + id * s[2] + ih * s[3] + iw0 * s[4], ps = step * s[4];
-    if (s[1] == 1) {  // channels contiguous: one run per pixel
+    if (s[1] == 1 && p_.y_dtype == DType::bf16 && ks_.store_rows_bf16) {
+      ks_.store_rows_bf16(tile, cbw, m, valid, static_cast<std::uint16_t*>(y) + base, ps,
+                          p_.overflow == OverflowMode::saturate);
+    } else if (s[1] == 1) {  // channels contiguous: one run per pixel
       for (std::int64_t p = 0; p < m; ++p) store_run(p_, ks_, tile + p * cbw, 1, y, base + p * ps, 1, valid);
     } else if (ps == 1 && ks_.store_transposed && (p_.y_dtype == DType::f32 || p_.y_dtype == DType::bf16)) {
       void* at = static_cast<char*>(y) + base * static_cast<std::int64_t>(dtype_size(p_.y_dtype));
@@ -357,6 +452,7 @@ class GemmEngine final : public EngineImpl {
   int max_m_[kMaxNv + 1] = {};
   AlignedPtr wpack_;
   bool direct_dy_ = false;
+  bool tiny_filter_ = false;      // the packed bf16 filter holds a tiny value (tiny_bf16)
   bool staged_ = false;           // tiles go to a staging buffer (a row or a plane), stored afterwards
   std::int64_t tile_floats_ = 0;  // per-thread output staging: a tile, a y row or a y plane
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,

@@ -66,16 +66,36 @@ inline constexpr int kMaxNv = 4;
 inline constexpr int kMaxM = 14;
 
 struct KernelSet {
-  int lanes = 0;                                     // fp32 lanes per vector
-  int max_m[kMaxNv + 1] = {};                        // largest M per NV; 0 where NV is not offered
-  TileFn f32[kMaxNv + 1][kMaxM + 1] = {};            // [NV][M]
-  TileFn bf16[kMaxNv + 1][kMaxM + 1] = {};           // vdpbf16ps kernels; null where the ISA has none
+  int lanes = 0;                            // fp32 lanes per vector
+  int max_m[kMaxNv + 1] = {};               // largest M per NV; 0 where NV is not offered
+  TileFn f32[kMaxNv + 1][kMaxM + 1] = {};   // [NV][M]
+  TileFn bf16[kMaxNv + 1][kMaxM + 1] = {};  // vdpbf16ps kernels; null where the ISA has none
+  // The same operands (bf16 pairs of dy and filter) widened to fp32 and summed by FMAs: exact where
+  // vdpbf16ps flushes denormal inputs, products or sums (see bf16_exact_safe in support.hpp).
+  TileFn bf16_exact[kMaxNv + 1][kMaxM + 1] = {};
   PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};       // [CI][P], R = pix_rows(CI, P); null where not offered
   PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};  // the same over bf16 channel pairs (vdpbf16ps)
+  PixFn pix_bf16_exact[kMaxPixCi + 1][kMaxPixP + 1] = {};  // bf16 pairs widened to fp32, FMAs
+  // Whether any of n bf16 values is nonzero with magnitude below 2^-56 (see bf16_exact_safe).
+  bool (*any_tiny_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
   // y[c * y_cs + r] = a[r * a_rs + c] for r < nr, c < nc: a transposing store. a is fp32 or bf16 (a_bf16),
   // y fp32 or bf16 (y_bf16: rounded as to_bf16 does). Null where the ISA has none.
   void (*store_transposed)(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
                            void* y, bool y_bf16, std::int64_t y_cs, bool saturate) = nullptr;
+  // y[c * y_ps + r] = a[r * a_rs + c] for r < nr (even), c < nc: a bf16 transpose by channel pairs (rows r,
+  // r + 1 become one 32-bit unit of pixel c), bits unchanged. Returns whether a moved value is tiny
+  // (tiny_bf16 in support.hpp). Null where the ISA has none.
+  bool (*transpose_bf16_pairs)(const std::uint16_t* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                               std::uint16_t* y, std::int64_t y_ps) = nullptr;
+  // out[2 i] = a[i], out[2 i + 1] = b[i] (0 when b is null) for i < n: bf16 channel pairs. Null where the
+  // ISA has none.
+  void (*interleave_bf16)(const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
+                          std::int64_t n) = nullptr;
+  // out[i] = a[i / 2] for even i, b[i / 2] for odd i, i < n. Null where the ISA has none.
+  void (*interleave_f32)(const float* a, const float* b, float* out, std::int64_t n) = nullptr;
+  // y[r * y_rs + c] = a[r * a_rs + c] rounded as to_bf16 does, r < nr, c < nc. Null where the ISA has none.
+  void (*store_rows_bf16)(const float* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                          std::uint16_t* y, std::int64_t y_rs, bool saturate) = nullptr;
   // fp32 -> fp16 (round to nearest even; saturate as for bf16), n values.
   void (*to_fp16)(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) = nullptr;
   // fp32 -> bf16 (round to nearest even; saturate clamps overflow and inf to the largest finite), n values.

@@ -39,6 +39,25 @@ struct Bf16Step {
   }
 };
 
+// bf16 pairs widened to fp32: the even channel of a pair is its low half, the odd one its high half.
+CONV3D_DX_INLINE __m512 widen_lo(__m512 pairs) {
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_castps_si512(pairs), 16));
+}
+CONV3D_DX_INLINE __m512 widen_hi(__m512 pairs) {
+  return _mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(pairs), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// The operands of Bf16Step, summed exactly as fp32 FMAs do (no denormal flushing): even channel, then odd.
+struct Bf16ExactStep {
+  using In = std::uint16_t;
+  static CONV3D_DX_INLINE __m512 bcast(const std::uint16_t* d) { return Bf16Step::bcast(d); }
+  static CONV3D_DX_INLINE __m512 fma(__m512 acc, __m512 b, __m512 w) {
+    acc = _mm512_fmadd_ps(widen_lo(b), widen_lo(w), acc);
+    return _mm512_fmadd_ps(widen_hi(b), widen_hi(w), acc);
+  }
+};
+
 // acc += x . w over bf16 pairs in the lanes of k only (vdpbf16ps with a merge mask). Inline asm because
 // GCC 12 moves the mask of _mm512_mask_dpbf16_ps with kmovb, which drops lanes 8 to 15.
 CONV3D_DX_INLINE __m512 masked_dpbf16(__m512 acc, __mmask16 k, __m512 x, __m512 w) {
@@ -47,9 +66,11 @@ CONV3D_DX_INLINE __m512 masked_dpbf16(__m512 acc, __mmask16 k, __m512 x, __m512 
 }
 
 // CI channels x R rows x P vectors of 16 pixels; masked loads and masked FMAs keep every lane outside
-// [lo, hi) untouched, so padding never enters a sum (not even as 0 * inf). Pair: one step takes a bf16
-// channel pair per pixel (vdpbf16ps) instead of one fp32 value.
-template <int CI, int P, bool Pair>
+// [lo, hi) untouched, so padding never enters a sum (not even as 0 * inf). Modes: fp32 values; bf16
+// channel pairs per pixel through vdpbf16ps; the same pairs widened to fp32 and summed by FMAs (exact).
+enum class PixMode { f32, pair, pair_exact };
+
+template <int CI, int P, PixMode Mode>
 struct PixTile {
   static constexpr int R = pix_rows(CI, P);
 
@@ -87,8 +108,11 @@ struct PixTile {
                 reinterpret_cast<const float*>(d + static_cast<std::uintptr_t>(r * row_bytes + 64 * v));
             const __m512 x = _mm512_maskz_loadu_ps(m[v], src);
             static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
-              if constexpr (Pair) {
+              if constexpr (Mode == PixMode::pair) {
                 acc[c][r][v] = masked_dpbf16(acc[c][r][v], m[v], x, wv[c]);
+              } else if constexpr (Mode == PixMode::pair_exact) {
+                acc[c][r][v] = _mm512_mask3_fmadd_ps(widen_lo(x), widen_lo(wv[c]), acc[c][r][v], m[v]);
+                acc[c][r][v] = _mm512_mask3_fmadd_ps(widen_hi(x), widen_hi(wv[c]), acc[c][r][v], m[v]);
               } else {
                 acc[c][r][v] = _mm512_mask3_fmadd_ps(x, wv[c], acc[c][r][v], m[v]);
               }
@@ -131,7 +155,17 @@ CONV3D_DX_INLINE bool has_nan(__m512 v, __mmask16 m) {
 }
 
 void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
-  for (std::int64_t i = 0; i < n; i += 16) {
+  std::int64_t i = 0;
+  // Whole vectors: unmasked loads and stores; NaN lanes are rare and go through numeric.
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(src + i);
+    if (has_nan(v, 0xFFFF)) {
+      for (std::int64_t k = i; k < i + 16; ++k) dst[k] = numeric::f32_to_bf16(src[k], saturate);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16_round(v, saturate));
+    }
+  }
+  for (; i < n; i += 16) {
     const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
     const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
     if (has_nan(v, m)) {
@@ -140,6 +174,30 @@ void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
     } else {
       _mm256_mask_storeu_epi16(dst + i, m, bf16_round(v, saturate));
     }
+  }
+}
+
+// y[r * y_rs + c] = bf16(a[r * a_rs + c]) for r < nr, c < nc: to_bf16 over the rows of a tile in one call.
+void store_rows_bf16(const float* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc, std::uint16_t* y,
+                     std::int64_t y_rs, bool saturate) {
+  const std::int64_t full = nc / 16 * 16;
+  const auto tail = static_cast<__mmask16>((1u << (nc - full)) - 1u);
+  for (std::int64_t r = 0; r < nr; ++r) {
+    const float* src = a + r * a_rs;
+    std::uint16_t* dst = y + r * y_rs;
+    bool nan = false;
+    for (std::int64_t c = 0; c < full; c += 16) {
+      const __m512 v = _mm512_loadu_ps(src + c);
+      nan |= has_nan(v, 0xFFFF);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), bf16_round(v, saturate));
+    }
+    if (tail != 0) {
+      const __m512 v = _mm512_maskz_loadu_ps(tail, src + full);
+      nan |= has_nan(v, tail);
+      _mm256_mask_storeu_epi16(dst + full, tail, bf16_round(v, saturate));
+    }
+    if (nan)  // rare: numeric's encoding of the NaN lanes (and the rest again)
+      for (std::int64_t c = 0; c < nc; ++c) dst[c] = numeric::f32_to_bf16(src[c], saturate);
   }
 }
 
@@ -227,6 +285,83 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
   }
 }
 
+bool transpose_bf16_pairs(const std::uint16_t* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                          std::uint16_t* y, std::int64_t y_ps) {
+  // tiny_bf16 on 32-bit lanes holding one bf16 value each (zero lanes wrap to 0xFFFFFFFF).
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1),
+                below = _mm512_set1_epi32(0x237F);
+  const auto tiny = [&](__m512i v) {
+    return _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(v, magnitude), one), below);
+  };
+  __mmask16 any = 0;
+  for (std::int64_t r0 = 0; r0 < nr; r0 += 32) {
+    const std::int64_t pairs = std::min<std::int64_t>(32, nr - r0) / 2;
+    const auto pmask = static_cast<__mmask16>(pairs == 16 ? 0xFFFFu : (1u << pairs) - 1u);
+    for (std::int64_t c0 = 0; c0 < nc; c0 += 16) {
+      const std::int64_t cn = std::min<std::int64_t>(16, nc - c0);
+      const auto cmask = static_cast<__mmask16>(cn == 16 ? 0xFFFFu : (1u << cn) - 1u);
+      __m512 t[16];
+      static_for<0, 16>([&](auto i) __attribute__((always_inline)) {
+        if (i >= pairs) {
+          t[i] = _mm512_setzero_ps();
+          return;
+        }
+        const std::uint16_t* even = a + (r0 + 2 * i) * a_rs + c0;
+        const __m512i lo = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(cmask, even));
+        const __m512i hi = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(cmask, even + a_rs));
+        any = static_cast<__mmask16>(any | tiny(lo) | tiny(hi));
+        t[i] = _mm512_castsi512_ps(_mm512_or_si512(lo, _mm512_maskz_slli_epi32(0xFFFF, hi, 16)));
+      });
+      transpose16(t);  // t[c]: the channel pairs of pixel c0 + c
+      static_for<0, 16>([&](auto c) __attribute__((always_inline)) {
+        if (c < cn) _mm512_mask_storeu_ps(reinterpret_cast<float*>(y + (c0 + c) * y_ps + r0), pmask, t[c]);
+      });
+    }
+  }
+  return any != 0;
+}
+
+void interleave_bf16(const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+    const __m512i lo = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, a + i));
+    const __m512i hi = b == nullptr ? _mm512_setzero_si512()
+                                    : _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, b + i));
+    _mm512_mask_storeu_epi32(out + 2 * i, m, _mm512_or_si512(lo, _mm512_maskz_slli_epi32(0xFFFF, hi, 16)));
+  }
+}
+
+void interleave_f32(const float* a, const float* b, float* out, std::int64_t n) {
+  alignas(64) static constexpr std::array<int, 16> lo_idx{0, 16, 1, 17, 2, 18, 3, 19,
+                                                          4, 20, 5, 21, 6, 22, 7, 23};
+  alignas(64) static constexpr std::array<int, 16> hi_idx{8,  24, 9,  25, 10, 26, 11, 27,
+                                                          12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i lo = _mm512_load_si512(lo_idx.data()), hi = _mm512_load_si512(hi_idx.data());
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const std::int64_t left = n - i, na = (left + 1) / 2, nb = left / 2;  // from a and from b
+    const auto ma = static_cast<__mmask16>(na >= 16 ? 0xFFFFu : (1u << na) - 1u);
+    const auto mb = static_cast<__mmask16>(nb >= 16 ? 0xFFFFu : (1u << nb) - 1u);
+    const __m512 va = _mm512_maskz_loadu_ps(ma, a + i / 2), vb = _mm512_maskz_loadu_ps(mb, b + i / 2);
+    const auto m0 = static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+    const auto m1 = static_cast<__mmask16>(left >= 32 ? 0xFFFFu : left <= 16 ? 0u : (1u << (left - 16)) - 1u);
+    _mm512_mask_storeu_ps(out + i, m0, _mm512_permutex2var_ps(va, lo, vb));
+    _mm512_mask_storeu_ps(out + i + 16, m1, _mm512_permutex2var_ps(va, hi, vb));
+  }
+}
+
+bool any_tiny_bf16(const std::uint16_t* p, std::int64_t n) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1),
+                below = _mm512_set1_epi16(0x237F);
+  __mmask32 any = 0;
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const auto m = n - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << (n - i)) - 1u);
+    const __m512i v = _mm512_maskz_loadu_epi16(m, p + i);
+    // (|v| - 1) < 0x237F unsigned: nonzero and below 2^-56; zero wraps to 0xFFFF.
+    any |= _mm512_mask_cmplt_epu16_mask(m, _mm512_sub_epi16(_mm512_and_si512(v, magnitude), one), below);
+  }
+  return any != 0;
+}
+
 }  // namespace avx512
 
 const KernelSet& avx512_kernels() {
@@ -246,13 +381,23 @@ const KernelSet& avx512_kernels() {
     fill_tiles<V, Bf16Step, 2, 14>(s.bf16);
     fill_tiles<V, Bf16Step, 3, 9>(s.bf16);
     fill_tiles<V, Bf16Step, 4, 6>(s.bf16);
+    fill_tiles<V, Bf16ExactStep, 1, 14>(s.bf16_exact);
+    fill_tiles<V, Bf16ExactStep, 2, 14>(s.bf16_exact);
+    fill_tiles<V, Bf16ExactStep, 3, 9>(s.bf16_exact);
+    fill_tiles<V, Bf16ExactStep, 4, 6>(s.bf16_exact);
+    s.any_tiny_bf16 = &any_tiny_bf16;
+    s.interleave_bf16 = &interleave_bf16;
+    s.interleave_f32 = &interleave_f32;
+    s.transpose_bf16_pairs = &transpose_bf16_pairs;
     static_for<1, kMaxPixCi + 1>([&](auto ci) {
       static_for<1, pix_max_p(ci) + 1>([&](auto p) {
-        s.pix[ci][p] = &PixTile<ci, p, false>::kernel;
-        s.pix_bf16[ci][p] = &PixTile<ci, p, true>::kernel;
+        s.pix[ci][p] = &PixTile<ci, p, PixMode::f32>::kernel;
+        s.pix_bf16[ci][p] = &PixTile<ci, p, PixMode::pair>::kernel;
+        s.pix_bf16_exact[ci][p] = &PixTile<ci, p, PixMode::pair_exact>::kernel;
       });
     });
     s.to_bf16 = &to_bf16;
+    s.store_rows_bf16 = &store_rows_bf16;
     s.to_fp16 = &to_fp16;
     s.store_transposed = &store_transposed;
     return s;

@@ -54,6 +54,13 @@ class PixelEngine final : public EngineImpl {
       dy_g_ = k_ * dy_c_;
       dy_n_ = p.G * dy_g_;
     }
+    // y with strided channels and W phases (stride > 1): the phases' tiles are gathered into whole rows,
+    // stored as runs of consecutive pixels rather than pixel by pixel.
+    stage_w_ = p.y_strides[1] != 1 && p.stride[2] > 1;
+    // With W stride 2 the two phases (first pixel 0 and 1) fill the two halves of a staged row contiguously,
+    // interleaved when the row is stored.
+    halves_ = stage_w_ && p.stride[2] == 2 && p.in[2] >= 2 && ks.interleave_f32 != nullptr;
+    stage_row_ = halves_ ? 2 * ceil_div(p.in[2], 2) : p.in[2];
     // Channel-last y: blocks of groups covering 16 channels (see run_task).
     gblock_ = p.y_strides[1] == 1 ? std::max<std::int64_t>(1, kLanes / ci_) : 1;
     // Row groups: up to rows_ consecutive rows of one H phase in one D plane.
@@ -73,42 +80,57 @@ class PixelEngine final : public EngineImpl {
   void pack_filter(const void* filter) override {
     const auto& s = p_.filter_strides;
     const std::int64_t taps = static_cast<std::int64_t>(tap_src_.size());
+    // Per (group, output channel): whether it holds a bf16 value too small for vdpbf16ps (tiny_bf16).
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(pairs_ ? p_.G * p_.Cout_g : 0), 0);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * p_.Cout_g, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t gc = begin; gc < end; ++gc) {
           const std::int64_t g = gc / p_.Cout_g, co = gc % p_.Cout_g;
+          bool any = false;
           for (std::int64_t t = 0; t < taps; ++t)
             for (std::int64_t ci = 0; ci < ci_; ++ci) {
               const float v =
                   get((g * p_.Cout_g + co) * s[0] + ci * s[1] + tap_src_[static_cast<std::size_t>(t)]);
-              if (pairs_)
-                put(static_cast<std::uint16_t*>(wpack_.get()),
-                    (((g * taps + t) * k_ + co / 2) * ci_ + ci) * 2 + (co & 1), v);
-              else
+              if (pairs_) {
+                auto* w = static_cast<std::uint16_t*>(wpack_.get());
+                const std::int64_t at = (((g * taps + t) * k_ + co / 2) * ci_ + ci) * 2 + (co & 1);
+                put(w, at, v);
+                any |= tiny_bf16(w[at]);
+              } else {
                 put(static_cast<float*>(wpack_.get()), ((g * taps + t) * k_ + co) * ci_ + ci, v);
+              }
             }
+          if (pairs_) tiny[static_cast<std::size_t>(gc)] = any;
         }
       });
     });
+    tiny_filter_ = std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
   void execute(const void* dy, void* y, void* workspace) override {
     if (p_.N == 0) return;
     const void* src = dy;
+    bool tiny_dy = false;
     if (!direct_dy_) {
       void* ws = align64(workspace);
       if (pairs_)
-        convert_dy(dy, static_cast<std::uint16_t*>(ws));
+        tiny_dy = convert_dy(dy, static_cast<std::uint16_t*>(ws));
       else
         convert_dy(dy, static_cast<float*>(ws));
       src = ws;
     }
+    // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
+    const PixFn fn = !pairs_                   ? ks_.pix[ci_][p_vec_]
+                     : tiny_filter_ || tiny_dy ? ks_.pix_bf16_exact[ci_][p_vec_]
+                                               : ks_.pix_bf16[ci_][p_vec_];
     const std::int64_t tasks = p_.N * ceil_div(p_.G, gblock_) * static_cast<std::int64_t>(groups_.size());
     parallel_for(threads_, tasks, [&](std::int64_t begin, std::int64_t end) {
       std::vector<PixTap> taps(tap_src_.size());
       std::vector<float> tile(static_cast<std::size_t>(gblock_ * ci_ * rows_ * p_vec_ * kLanes + 16));
+      std::vector<float> stage(
+          static_cast<std::size_t>(stage_w_ ? gblock_ * ci_ * rows_ * stage_row_ + p_.in[2] : 0));
       for (std::int64_t t = begin; t < end; ++t)
-        run_task(t, src, y, taps.data(), static_cast<float*>(align64(tile.data())));
+        run_task(t, src, y, fn, taps.data(), static_cast<float*>(align64(tile.data())), stage.data());
     });
   }
 
@@ -117,16 +139,35 @@ class PixelEngine final : public EngineImpl {
     std::int64_t id, ph, j0;  // D index, H phase, first row (j) of the phase
   };
 
-  // dy as [n][g][co][od][oh][ow] fp32, or [n][g][co / 2][od][oh][ow][2] bf16.
+  // dy as [n][g][co][od][oh][ow] fp32, or [n][g][co / 2][od][oh][ow][2] bf16. Returns whether bf16 dy
+  // holds a tiny value (tiny_bf16), scanned channel pair by pair as it is written.
   template <class T>
-  void convert_dy(const void* dy, T* out) const {
+  bool convert_dy(const void* dy, T* out) const {
     const auto& s = p_.dy_strides;
     constexpr std::int64_t lanes = sizeof(T) == 2 ? 2 : 1;  // channels per 4-byte unit
+    const bool scan = lanes == 2 && p_.dy_dtype == DType::bf16;
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(scan ? p_.N * p_.G * k_ : 0), 0);
+    const bool interleave = scan && s[4] == 1 && ks_.interleave_bf16 != nullptr;
     dy_reader_.visit(dy, [&](auto get) {
       parallel_for(threads_, p_.N * p_.G * k_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
           const std::int64_t n = r / (p_.G * k_), g = r / k_ % p_.G, step = r % k_;
           T* plane = out + r * dy_c_ * lanes;
+          if constexpr (lanes == 2) {
+            if (interleave) {  // bf16 rows with contiguous W: interleave the pair's two rows
+              const std::int64_t co = step * 2;
+              for (std::int64_t od = 0; od < p_.out[0]; ++od)
+                for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
+                  const auto* a = static_cast<const std::uint16_t*>(dy) + n * s[0] +
+                                  (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
+                  ks_.interleave_bf16(a, co + 1 < p_.Cout_g ? a + s[1] : nullptr,
+                                      plane + (od * dy_d_ + oh * dy_h_) * 2, p_.out[2]);
+                }
+              tiny[static_cast<std::size_t>(r)] =
+                  ks_.any_tiny_bf16(reinterpret_cast<const std::uint16_t*>(plane), dy_c_ * lanes);
+              continue;
+            }
+          }
           for (std::int64_t e = 0; e < lanes; ++e) {
             const std::int64_t co = step * lanes + e;
             for (std::int64_t od = 0; od < p_.out[0]; ++od)
@@ -137,14 +178,21 @@ class PixelEngine final : public EngineImpl {
                   put(row, ow * lanes, co < p_.Cout_g ? get(base + ow * s[4]) : 0.0f);
               }
           }
+          if constexpr (lanes == 2)
+            if (scan)
+              tiny[static_cast<std::size_t>(r)] =
+                  ks_.any_tiny_bf16(reinterpret_cast<const std::uint16_t*>(plane), dy_c_ * lanes);
         }
       });
     });
+    return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
   // One task: a row group of one D plane for a block of groups, every W phase. With channel-last y the block
   // spans 16 channels, so each pixel's channels are stored as one run (transposed from the tiles).
-  void run_task(std::int64_t t, const void* dy, void* y, PixTap* taps, float* tile) const {
+  // stage: gblock_ * ci_ * rows_ staged y rows of stage_row_ floats, then Wi more, when stage_w_.
+  void run_task(std::int64_t t, const void* dy, void* y, PixFn fn, PixTap* taps, float* tile,
+                float* stage) const {
     const std::int64_t ngroups = static_cast<std::int64_t>(groups_.size()), nblocks = ceil_div(p_.G, gblock_);
     const std::int64_t g0 = t % nblocks * gblock_, g1 = std::min(p_.G, g0 + gblock_),
                        n = t / nblocks / ngroups;
@@ -157,7 +205,6 @@ class PixelEngine final : public EngineImpl {
     const std::int64_t w_group = taps_total * k_ * ci_ * 4,
                        tile_group = ci_ * rows_ * width;  // bytes, floats
     const char* w_g0 = static_cast<const char*>(wpack_.get()) + g0 * w_group;
-    const PixFn fn = pairs_ ? ks_.pix_bf16[ci_][p_vec_] : ks_.pix[ci_][p_vec_];
     const auto& s = p_.y_strides;
     const bool transpose = s[1] == 1 && ks_.store_transposed && g1 - g0 > 1 &&
                            (p_.y_dtype == DType::f32 || p_.y_dtype == DType::bf16);
@@ -198,7 +245,16 @@ class PixelEngine final : public EngineImpl {
         for (std::int64_t r = 0; r < nrows; ++r) {
           const std::int64_t ih = PH.first + H.stride * (grp.j0 + r);
           const std::int64_t at = n * s[0] + g0 * ci_ * s[1] + grp.id * s[2] + ih * s[3] + iw * s[4];
-          if (transpose) {
+          if (stage_w_) {
+            for (std::int64_t c = 0; c < nch; ++c) {
+              const float* from = tile + (c * rows_ + r) * width;
+              float* to = stage + (c * rows_ + r) * stage_row_;
+              if (halves_)  // phase PW.first's half, pixel j at j
+                std::memcpy(to + PW.first * (stage_row_ / 2) + j0, from, static_cast<std::size_t>(m) * 4);
+              else
+                for (std::int64_t x = 0; x < m; ++x) to[iw + x * W.stride] = from[x];
+            }
+          } else if (transpose) {
             ks_.store_transposed(
                 tile + r * width, false, rows_ * width, nch, m,
                 static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p_.y_dtype)),
@@ -210,6 +266,21 @@ class PixelEngine final : public EngineImpl {
         }
       }
     }
+    // Staged rows: every W phase has filled its pixels; store each channel's row as one run.
+    if (stage_w_)
+      for (std::int64_t r = 0; r < nrows; ++r) {
+        const std::int64_t ih = PH.first + H.stride * (grp.j0 + r);
+        const std::int64_t at = n * s[0] + g0 * ci_ * s[1] + grp.id * s[2] + ih * s[3];
+        for (std::int64_t c = 0; c < nch; ++c) {
+          const float* row = stage + (c * rows_ + r) * stage_row_;
+          if (halves_) {  // even pixels from the first half, odd ones from the second
+            float* merged = stage + gblock_ * ci_ * rows_ * stage_row_;
+            ks_.interleave_f32(row, row + stage_row_ / 2, merged, W.in);
+            row = merged;
+          }
+          store_run(p_, ks_, row, 1, y, at + c * s[1], s[4], W.in);
+        }
+      }
   }
 
   Problem p_;
@@ -223,9 +294,13 @@ class PixelEngine final : public EngineImpl {
   std::vector<std::int64_t> tap_src_;  // filter element offset of each tap (kd, kh, kw order)
   AlignedPtr wpack_;
   bool direct_dy_ = false;
+  bool tiny_filter_ = false;  // the packed bf16 filter holds a tiny value (tiny_bf16)
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 0, dy_d_ = 0, dy_h_ = 0;  // strides in 4-byte units
   std::vector<Group> groups_;
-  std::int64_t gblock_ = 1;  // groups per task
+  std::int64_t gblock_ = 1;     // groups per task
+  bool stage_w_ = false;        // y rows staged across W phases (see the constructor)
+  bool halves_ = false;         // staged rows as two halves, one per W phase
+  std::int64_t stage_row_ = 0;  // floats per staged row
   Reader dy_reader_, w_reader_;
 };
 

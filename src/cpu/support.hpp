@@ -20,6 +20,16 @@ int isa_level(Isa isa);
 std::string isa_refusal(Isa isa, const EngineRequest& request);
 
 inline bool exact_in_bf16(DType t) { return t == DType::bf16 || t == DType::hif8 || t == DType::fp8_e4m3fn; }
+// vdpbf16ps treats denormal inputs as zero and flushes denormal products and sums to zero. A bf16 value
+// with 8 significant bits and magnitude >= 2^-56 is a multiple of 2^-63, so a product of two such values is
+// a multiple of 2^-126, and so is every sum of such products and every fp32 rounding of one: each is zero or
+// normal, and nothing is flushed. hifloat8 and float8_e4m3fn values are multiples of 2^-22 and 2^-9, so a
+// product with them is at least as coarse. So only bf16 inputs with a nonzero magnitude below 2^-56 (bits
+// 0x0001..0x237F after the sign) can make vdpbf16ps differ from exact products with fp32 sums; then the
+// engines use their *_exact kernels instead.
+inline bool tiny_bf16(std::uint16_t bits) {
+  return static_cast<std::uint16_t>((bits & 0x7FFFu) - 1u) < 0x237Fu;
+}
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 struct FreeDeleter {
