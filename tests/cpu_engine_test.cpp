@@ -275,7 +275,8 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     Plan plan(validate(f32.spec), o);
     EXPECT_EQ(plan.engine_name(), "gemm_avx512");
     ASSERT_GE(plan.declined().size(), 3u);
-    EXPECT_EQ(plan.declined()[0], "pixel_avx512_bf16: Cin/groups is 20, more than 8");
+    EXPECT_NE(plan.declined()[0].find("pixel_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[0];
     EXPECT_EQ(plan.declined()[1], "pixel_avx512: Cin/groups is 20, more than 8");
     EXPECT_NE(plan.declined()[2].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[2];

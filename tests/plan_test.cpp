@@ -124,7 +124,7 @@ TEST(Plan, EdgeShapes) {
 }
 
 TEST(Plan, HugeStridesStillCompute) {
-  // Engines whose tables grow with the stride decline for lack of memory; a leaner one takes over.
+  // Engines whose tables grow with the stride decline; one that does not depend on it takes over.
   Case c;
   c.Cin = c.Cout = 16;
   c.in = {2, 3, 5};

@@ -472,21 +472,9 @@ class GemmEngine final : public EngineImpl {
 std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
                                       std::string& why_not) {
   const Problem& p = request.problem;
-  why_not = isa_refusal(isa, request);
-  if (!why_not.empty()) return nullptr;
   const bool bf16 = isa == Isa::avx512_bf16;
-  if (bf16 && !(exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
-                p.input_rounding != InputRounding::fp16)) {
-    why_not = std::string("inputs not exact in bf16 (dy ") + to_string(p.dy_dtype) + ", filter " +
-              to_string(p.filter_dtype) +
-              (p.input_rounding == InputRounding::fp16 ? ", fp16 rounding)" : ")");
-    return nullptr;
-  }
-  // The tap list of one tile lives in memory: refuse absurd kernels rather than allocate gigabytes.
-  if (p.kernel[0] * p.kernel[1] * p.kernel[2] > (std::int64_t{1} << 22)) {
-    why_not = "kernel has more than 2^22 taps";
-    return nullptr;
-  }
+  why_not = fast_engine_refusal(isa, request, bf16);
+  if (!why_not.empty()) return nullptr;
   const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
   return std::make_unique<GemmEngine>(p, request.threads, isa, ks, bf16, tuning);
 }

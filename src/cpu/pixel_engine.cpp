@@ -310,22 +310,11 @@ namespace {
 
 std::unique_ptr<EngineImpl> make_pixel(const EngineRequest& request, Isa isa, std::string& why_not) {
   const Problem& p = request.problem;
-  why_not = isa_refusal(isa, request);
+  const bool pairs = isa == Isa::avx512_bf16;
+  why_not = fast_engine_refusal(isa, request, pairs);
   if (!why_not.empty()) return nullptr;
   if (p.Cin_g > kMaxPixCi) {
     why_not = "Cin/groups is " + std::to_string(p.Cin_g) + ", more than " + std::to_string(kMaxPixCi);
-    return nullptr;
-  }
-  const bool pairs = isa == Isa::avx512_bf16;
-  if (pairs && !(exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
-                 p.input_rounding != InputRounding::fp16)) {
-    why_not = std::string("inputs not exact in bf16 (dy ") + to_string(p.dy_dtype) + ", filter " +
-              to_string(p.filter_dtype) +
-              (p.input_rounding == InputRounding::fp16 ? ", fp16 rounding)" : ")");
-    return nullptr;
-  }
-  if (p.kernel[0] * p.kernel[1] * p.kernel[2] > (std::int64_t{1} << 22)) {
-    why_not = "kernel has more than 2^22 taps";
     return nullptr;
   }
   return std::make_unique<PixelEngine>(p, request.threads, avx512_kernels(), pairs);

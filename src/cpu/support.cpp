@@ -25,6 +25,23 @@ std::string isa_refusal(Isa isa, const EngineRequest& request) {
   return {};
 }
 
+std::string fast_engine_refusal(Isa isa, const EngineRequest& request, bool bf16) {
+  std::string why_not = isa_refusal(isa, request);
+  if (!why_not.empty()) return why_not;
+  const Problem& p = request.problem;
+  if (bf16 && !(exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
+                p.input_rounding != InputRounding::fp16))
+    return std::string("inputs not exact in bf16 (dy ") + to_string(p.dy_dtype) + ", filter " +
+           to_string(p.filter_dtype) + (p.input_rounding == InputRounding::fp16 ? ", fp16 rounding)" : ")");
+  // Tap lists and per-phase tables live in memory: refuse absurd geometry rather than allocate gigabytes.
+  if (p.kernel[0] * p.kernel[1] * p.kernel[2] > (std::int64_t{1} << 22))
+    return "kernel has more than 2^22 taps";
+  for (int a = 0; a < 3; ++a)
+    if (p.stride[a] > (std::int64_t{1} << 16))
+      return "stride " + std::to_string(p.stride[a]) + " is above 65536 (one phase table per stride step)";
+  return {};
+}
+
 AlignedPtr alloc_zeroed64(std::size_t bytes) {
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);

@@ -18,6 +18,9 @@ namespace conv3d_dx::cpu {
 int isa_level(Isa isa);
 // Empty when the engine of `isa` may run for the request on this CPU, else why not.
 std::string isa_refusal(Isa isa, const EngineRequest& request);
+// What every fast engine refuses, else empty: isa_refusal, inputs a bf16 engine cannot take exactly
+// (bf16 = true), and geometry whose tables would not fit in memory.
+std::string fast_engine_refusal(Isa isa, const EngineRequest& request, bool bf16);
 
 inline bool exact_in_bf16(DType t) { return t == DType::bf16 || t == DType::hif8 || t == DType::fp8_e4m3fn; }
 // vdpbf16ps treats denormal inputs as zero and flushes denormal products and sums to zero. A bf16 value
