@@ -658,14 +658,6 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
           }
       }
   }
-  // The inline fp16 decoder of the engines' reader, for every code.
-  for (std::uint32_t code = 0; code < 65536; ++code) {
-    const float got = cpu::fp16_bits_to_f32(static_cast<std::uint16_t>(code));
-    const float want = numeric::fp16_to_f32(static_cast<std::uint16_t>(code));
-    ASSERT_TRUE(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want) ||
-                (std::isnan(got) && std::isnan(want)))
-        << code;
-  }
 }
 
 // The phase decomposition reaches exactly the (kernel index, dy index) pairs of the definition.

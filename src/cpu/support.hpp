@@ -46,25 +46,6 @@ inline void* align64(void* p) {
   return reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(p) + 63) / 64 * 64);
 }
 
-// fp16 bits to fp32, exactly (subnormals, infinities and NaN payloads included).
-inline float fp16_bits_to_f32(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu,
-                      man = h & 0x3FFu;
-  std::uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112u) << 23) | (man << 13);
-  } else {
-    const float v = static_cast<float>(man) * 0x1p-24f;  // exact: subnormal or zero
-    std::memcpy(&bits, &v, sizeof bits);
-    bits |= sign;
-  }
-  float v;
-  std::memcpy(&v, &bits, sizeof v);
-  return v;
-}
-
 // Reads elements of an input tensor as fp32 with the problem's input rounding: the common cases inline,
 // everything else through numeric::load_rounded (the single definition of the rounding).
 class Reader {
@@ -92,7 +73,7 @@ class Reader {
       }
       case Kind::fp16: {
         const auto* p = static_cast<const std::uint16_t*>(base);
-        f([p](std::int64_t i) { return fp16_bits_to_f32(p[i]); });
+        f([p](std::int64_t i) { return numeric::fp16_to_f32(p[i]); });
         break;
       }
       case Kind::lut8: {

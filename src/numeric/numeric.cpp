@@ -57,19 +57,6 @@ void write_as(void* base, std::int64_t index, T v) {
 
 }  // namespace
 
-float fp16_to_f32(std::uint16_t bits) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
-  const std::uint32_t e = (bits >> 10) & 0x1Fu;
-  const std::uint32_t m = bits & 0x3FFu;
-  if (e == 0x1F) return float_of(sign | kInfF32 | (m << 13));  // inf, or NaN keeping its payload
-  if (e != 0) return float_of(sign | ((e + 127 - 15) << 23) | (m << 13));
-  // Subnormal: m * 2^-24, exact in fp32 (m < 2^10).
-  const float magnitude = static_cast<float>(m) * 0x1p-24f;
-  return sign != 0 ? -magnitude : magnitude;
-}
-
-float bf16_to_f32(std::uint16_t bits) { return float_of(static_cast<std::uint32_t>(bits) << 16); }
-
 float fp8_e4m3fn_to_f32(std::uint8_t code) {
   if ((code & 0x7Fu) == 0x7Fu) return float_of(kQuietNanF32);  // the format's only NaNs (no inf)
   const std::uint32_t sign = static_cast<std::uint32_t>(code & 0x80u) << 24;

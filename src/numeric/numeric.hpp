@@ -1,14 +1,28 @@
 // Scalar conversions between fp32 and the storage types (SPEC §4). Decoding is exact; encoding rounds once.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "conv3d_dx/conv3d_dx.hpp"
 
 namespace conv3d_dx::numeric {
 
-float fp16_to_f32(std::uint16_t bits);
-float bf16_to_f32(std::uint16_t bits);
+// Inline: the engines' input readers call these per element.
+inline float fp16_to_f32(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t e = (bits >> 10) & 0x1Fu;
+  const std::uint32_t m = bits & 0x3FFu;
+  if (e == 0x1F)
+    return std::bit_cast<float>(sign | 0x7F800000u | (m << 13));  // inf, or NaN keeping its payload
+  if (e != 0) return std::bit_cast<float>(sign | ((e + 127 - 15) << 23) | (m << 13));
+  // Subnormal: m * 2^-24, exact in fp32 (m < 2^10).
+  const float magnitude = static_cast<float>(m) * 0x1p-24f;
+  return sign != 0 ? -magnitude : magnitude;
+}
+inline float bf16_to_f32(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
 float hif8_to_f32(std::uint8_t code);
 float fp8_e4m3fn_to_f32(std::uint8_t code);
 
@@ -18,6 +32,8 @@ std::uint16_t f32_to_fp16(float v, bool saturate);
 std::uint16_t f32_to_bf16(float v, bool saturate);
 std::uint8_t f32_to_hif8(float v, bool saturate);
 std::uint8_t f32_to_fp8_e4m3fn(float v, bool saturate);
+
+inline bool is_8bit(DType t) { return t == DType::hif8 || t == DType::fp8_e4m3fn; }
 
 // HF32: keep 10 explicit mantissa bits, rounding half away from zero; inf and NaN unchanged.
 float round_to_hf32(float v);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "conv3d_dx/conv3d_dx.hpp"
+#include "numeric/numeric.hpp"
 
 namespace conv3d_dx {
 namespace {
@@ -15,8 +16,6 @@ void check_range(std::vector<std::string>& out, const std::string& what, std::in
     out.push_back(what + " is " + std::to_string(v) + ", outside [" + std::to_string(lo) + ", " +
                   std::to_string(hi) + "]");
 }
-
-bool is_8bit(DType t) { return t == DType::hif8 || t == DType::fp8_e4m3fn; }
 
 // Limits every product shares: same dtype on all tensors, filter H/W in [1, 511].
 void common_limits(const Problem& p, std::vector<std::string>& v) {
@@ -39,7 +38,7 @@ std::vector<ProductVerdict> ascend_compatibility(const Problem& p) {
   ProductVerdict a23{"Atlas A2/A3 training and inference series", true, {}};
   common_limits(p, a23.violations);
   for (auto [name, t] : {std::pair{"out_backprop", p.dy_dtype}, {"filter", p.filter_dtype}, {"y", p.y_dtype}})
-    if (is_8bit(t))
+    if (numeric::is_8bit(t))
       a23.violations.push_back(std::string(name) + " dtype " + to_string(t) +
                                " is not supported (fp16, bf16 and fp32 only)");
   check_range(a23.violations, "strides D", p.stride[0], 1, 255);
@@ -56,7 +55,7 @@ std::vector<ProductVerdict> ascend_compatibility(const Problem& p) {
   if (p.G > 1 && p.data_format == Layout::NDHWC)
     a950.violations.push_back("groups " + std::to_string(p.G) +
                               " > 1 is not supported with NDHWC feature maps");
-  if ((is_8bit(p.dy_dtype) || is_8bit(p.filter_dtype)) &&
+  if ((numeric::is_8bit(p.dy_dtype) || numeric::is_8bit(p.filter_dtype)) &&
       (p.data_format != Layout::NCDHW || p.filter_format != Layout::NCDHW))
     a950.violations.push_back(std::string("dtype ") + to_string(p.dy_dtype) +
                               " needs every tensor in NCDHW (data_format " + to_string(p.data_format) +

@@ -1,9 +1,9 @@
 // The one place where arguments become a Problem: every rule of SPEC §2-3 is checked here, before anything
 // is computed or written, and each failure names the parameter, the value and the rule.
 #include <algorithm>
-#include <numeric>
 #include <string>
 
+#include "numeric/numeric.hpp"
 #include "problem/checked.hpp"
 
 namespace conv3d_dx {
@@ -93,8 +93,6 @@ void check_no_overlap(const Canonical& c) {
   }
 }
 
-bool is_8bit(DType t) { return t == DType::hif8 || t == DType::fp8_e4m3fn; }
-
 void check_dtypes(const ProblemSpec& spec) {
   const DType dy = spec.out_backprop.dtype, w = spec.filter.dtype;
   for (auto [name, t] : {std::pair{"out_backprop", dy}, {"filter", w}, {"y", spec.y.dtype}})
@@ -104,7 +102,7 @@ void check_dtypes(const ProblemSpec& spec) {
     if (!spec.allow_mixed_dtypes)
       fail("filter", std::string("dtype is ") + to_string(w) + " but out_backprop is " + to_string(dy) +
                          "; both must have the same dtype");
-    if (is_8bit(dy) || is_8bit(w))
+    if (numeric::is_8bit(dy) || numeric::is_8bit(w))
       fail("filter", std::string("dtype is ") + to_string(w) + " but out_backprop is " + to_string(dy) +
                          "; hif8 and fp8_e4m3fn cannot be mixed with other dtypes");
   }
@@ -112,8 +110,8 @@ void check_dtypes(const ProblemSpec& spec) {
   // to the output's dtype, so any 16/32-bit dtype is fine there.
   const DType y = spec.y.dtype;
   const bool cast_result =
-      (spec.allow_mixed_dtypes && !is_8bit(dy)) || spec.input_rounding == InputRounding::fp16;
-  if (y != dy && y != w && y != DType::f32 && !(cast_result && !is_8bit(y)))
+      (spec.allow_mixed_dtypes && !numeric::is_8bit(dy)) || spec.input_rounding == InputRounding::fp16;
+  if (y != dy && y != w && y != DType::f32 && !(cast_result && !numeric::is_8bit(y)))
     fail("y", std::string("dtype is ") + to_string(y) + " but must be the input dtype (" + to_string(dy) +
                   (w != dy ? std::string(" or ") + to_string(w) : std::string()) + ") or fp32");
   if (spec.attrs.enable_hf32 && (dy != DType::f32 || w != DType::f32))
