@@ -49,6 +49,8 @@ void require(const void* pointer, const char* name) {
 
 struct Plan::State {
   void create_engine();
+  // The caller's workspace, or the plan's own (allocated on first need) when the caller passes none.
+  void* workspace_for(void* given);
 
   Problem problem;
   int threads = 1;
@@ -115,6 +117,20 @@ void Plan::pack_filter(const void* filter) {
   state_->filter_packed = true;
 }
 
+void* Plan::State::workspace_for(void* given) {
+  const std::size_t bytes = engine->workspace_bytes();
+  if (given != nullptr || bytes == 0) return given;
+  if (workspace.size() < bytes) {
+    try {
+      workspace.resize(bytes);
+    } catch (const std::bad_alloc&) {
+      throw Error(ErrorCode::out_of_memory, "workspace",
+                  "workspace of " + std::to_string(bytes) + " bytes could not be allocated");
+    }
+  }
+  return workspace.data();
+}
+
 void Plan::execute_packed(const void* out_backprop, void* y, void* workspace) {
   State& s = *state_;
   if (!s.filter_packed)
@@ -122,24 +138,22 @@ void Plan::execute_packed(const void* out_backprop, void* y, void* workspace) {
   if (s.problem.y_elements() == 0) return;  // N == 0: an empty y, nothing to read or write
   require(out_backprop, "out_backprop");
   require(y, "y");
-  if (workspace == nullptr && s.engine->workspace_bytes() > 0) {
-    if (s.workspace.size() < s.engine->workspace_bytes()) {
-      try {
-        s.workspace.resize(s.engine->workspace_bytes());
-      } catch (const std::bad_alloc&) {
-        throw Error(
-            ErrorCode::out_of_memory, "workspace",
-            "workspace of " + std::to_string(s.engine->workspace_bytes()) + " bytes could not be allocated");
-      }
-    }
-    workspace = s.workspace.data();
-  }
-  s.engine->execute(out_backprop, y, workspace);
+  s.engine->execute(out_backprop, y, s.workspace_for(workspace));
 }
 
 void Plan::execute(const void* out_backprop, const void* filter, void* y, void* workspace) {
-  pack_filter(filter);
-  execute_packed(out_backprop, y, workspace);
+  State& s = *state_;
+  if (s.problem.y_elements() == 0) {
+    pack_filter(filter);
+    return;
+  }
+  require(filter, "filter");
+  require(out_backprop, "out_backprop");
+  require(y, "y");
+  void* ws = s.workspace_for(workspace);
+  s.filter_packed = false;  // until the engine has packed all of it
+  s.engine->execute_with_filter(out_backprop, filter, y, ws);
+  s.filter_packed = true;
 }
 
 void conv3d_backprop_input(const ProblemSpec& spec, const Options& options) {

@@ -200,6 +200,46 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
     }
 }
 
+// execute_with_filter may pack each channel block in the thread that uses it (enough blocks to share out
+// evenly): the same bits as pack_filter + execute for any thread count, and the filter stays packed.
+TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
+  std::mt19937_64 rng(61);
+  for (DType t : {DType::f32, DType::bf16, DType::hif8})
+    for (Layout fmt : kDataFormats) {
+      Case c = with_dtype(Case{}, t);
+      c.data_format = fmt;
+      c.groups = 4;
+      c.Cin = 4 * 70;  // blocks of 64 + 6 channels (AVX-512), or more blocks of 32 (AVX2)
+      c.Cout = 4 * 5;
+      c.N = 2;
+      c.in = {3, 5, 9};
+      c.stride = {1, 2, 1};
+      c.pad_front = {1, 0, 1};
+      c.pad_back = {0, 1, 1};
+      Instance inst = instantiate(c, rng, Fill::random);
+      const Problem p = validate(inst.spec);
+      if (!takes(GetParam(), p)) continue;
+      run_gemm(p, inst, GetParam());
+      ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+      Tensor first = inst.y;
+      first.view.data =
+          first.bytes.data() + (static_cast<unsigned char*>(inst.y.view.data) - inst.y.bytes.data());
+      for (int threads : {1, 2, 3}) {
+        std::string why;
+        auto engine = cpu::make_gemm(EngineRequest{p, threads, GetParam()}, GetParam(), {}, why);
+        ASSERT_TRUE(engine) << why;
+        std::vector<unsigned char> workspace(engine->workspace_bytes());
+        fill_canary(inst.y);
+        engine->execute_with_filter(inst.dy.view.data, inst.filter.view.data, inst.y.view.data,
+                                    workspace.data());
+        EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
+        fill_canary(inst.y);
+        engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());  // the filter stays packed
+        EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads, packed";
+      }
+    }
+}
+
 // Plane mode (a task per y plane, taps in groups of (kd, kh) accumulated in a staging buffer) and unfused W
 // taps sum in the same order as the default, so all give the same bits; and they match the reference.
 TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {

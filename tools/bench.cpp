@@ -37,6 +37,7 @@ std::vector<FlagSpec> bench_flags() {
       {"--out-backprop-shape", "a,b,c,d,e", "shape of out_backprop in data-format order"},
       {"--filter-shape", "a,b,c,d,e", "shape of the filter in filter-format order"},
       {"--suite", "default", "run the benchmark suite instead of one problem"},
+      {"--shapes", "a,b,...", "with --suite: only these of its problems, in suite order (default: all)"},
       {"--name", "NAME", "name of the problem in the output (default: custom)"},
       {"--repeat", "R", "timed calls per problem (default 10)"},
       {"--warmup", "W", "untimed calls before timing (default 2)"},
@@ -86,10 +87,16 @@ Shape5 from_canonical(const Shape5& c, Layout layout) {
   return c;
 }
 
-std::vector<Job> suite_jobs(const ParsedAttributes& base) {
+// The suite's problems named in `only` (all when it is empty).
+std::vector<Job> suite_jobs(const ParsedAttributes& base, const std::vector<std::string>& only) {
   std::vector<Job> jobs;
   const bool ncdhw = base.attrs.data_format == Layout::NCDHW;
-  for (const suite::Shape& s : suite::default_suite()) {
+  const std::vector<suite::Shape> shapes = suite::default_suite();
+  for (const std::string& name : only)
+    if (std::none_of(shapes.begin(), shapes.end(), [&](const suite::Shape& s) { return s.name == name; }))
+      throw usage_error("--shapes", "'" + name + "' is not a problem of the suite");
+  for (const suite::Shape& s : shapes) {
+    if (!only.empty() && std::find(only.begin(), only.end(), s.name) == only.end()) continue;
     const suite::CanonicalShapes c = suite::canonical_shapes(s);
     ParsedAttributes pa = base;
     const Shape5 y = from_canonical(c.y, base.attrs.data_format);
@@ -142,6 +149,7 @@ int bench_command(const std::vector<std::string>& argv) {
       if (args.has(f)) throw usage_error("--suite", std::string("cannot be combined with ") + f);
     }
   }
+  if (args.has("--shapes") && !suite_name) throw usage_error("--shapes", "needs --suite default");
   const ParsedAttributes pa = parse_attributes(args, suite_name.has_value());
   const int repeat = static_cast<int>(parse_int("--repeat", args.get("--repeat").value_or("10"), 1, 1000000));
   const int warmup = static_cast<int>(parse_int("--warmup", args.get("--warmup").value_or("2"), 0, 1000000));
@@ -149,7 +157,12 @@ int bench_command(const std::vector<std::string>& argv) {
 
   std::vector<Job> jobs;
   if (suite_name) {
-    jobs = suite_jobs(pa);
+    std::vector<std::string> only;
+    if (const auto list = args.get("--shapes")) {
+      std::stringstream in(*list);
+      for (std::string name; std::getline(in, name, ',');) only.push_back(name);
+    }
+    jobs = suite_jobs(pa, only);
   } else {
     const std::vector<std::size_t> counts =
         pa.two_d() ? std::vector<std::size_t>{5, 4} : std::vector<std::size_t>{5};

@@ -21,6 +21,12 @@ class EngineImpl {
   virtual void pack_filter(const void* filter) = 0;
   // Compute y from dy with the last packed filter. Must not throw once started; y is fully written.
   virtual void execute(const void* dy, void* y, void* workspace) = 0;
+  // pack_filter then execute, bitwise the same; an engine may overlap the two (each thread packing the part
+  // of the filter it is about to use while it is hot in cache). The filter stays packed afterwards.
+  virtual void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace) {
+    pack_filter(filter);
+    execute(dy, y, workspace);
+  }
 };
 
 struct EngineRequest {

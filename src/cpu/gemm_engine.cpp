@@ -115,6 +115,8 @@ class GemmEngine final : public EngineImpl {
     // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
     // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
     staged_ = plane_mode_ || (p.y_strides[1] != 1 && p.in[2] * cbw_max <= (std::int64_t{1} << 20));
+    tiny_blocks_.assign(static_cast<std::size_t>(p.G) * blocks_.size(), 0);
+    tasks_per_block_ = p.N * static_cast<std::int64_t>(units_.size());
     tile_floats_ = plane_mode_ ? p.in[1] * p.in[2] * cbw_max : staged_ ? p.in[2] * cbw_max : kMaxM * cbw_max;
   }
 
@@ -130,47 +132,40 @@ class GemmEngine final : public EngineImpl {
   }
 
   void pack_filter(const void* filter) override {
-    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
-    // Per block: whether it holds a bf16 value too small for vdpbf16ps (see tiny_bf16).
-    std::vector<unsigned char> tiny(static_cast<std::size_t>(p_.G * nb), 0);
-    w_reader_.visit(filter, [&](auto get) {
-      parallel_for(threads_, p_.G * nb, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t gb = begin; gb < end; ++gb) {
-          if (bf16_)
-            tiny[static_cast<std::size_t>(gb)] =
-                pack_block(get, gb / nb, blocks_[static_cast<std::size_t>(gb % nb)],
-                           static_cast<std::uint16_t*>(wpack_.get()));
-          else
-            pack_block(get, gb / nb, blocks_[static_cast<std::size_t>(gb % nb)],
-                       static_cast<float*>(wpack_.get()));
-        }
-      });
-    });
-    tiny_filter_ = std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
+    parallel_for(threads_, static_cast<std::int64_t>(tiny_blocks_.size()),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t gb = begin; gb < end; ++gb) pack_group_block(filter, gb);
+                 });
   }
 
   void execute(const void* dy, void* y, void* workspace) override {
     if (p_.N == 0) return;
-    const void* src = dy;
-    bool tiny_dy = false;
-    if (!direct_dy_) {
-      void* ws = align64(workspace);
-      if (bf16_)
-        tiny_dy = convert_dy(dy, static_cast<std::uint16_t*>(ws));
-      else
-        convert_dy(dy, static_cast<float*>(ws));
-      src = ws;
-    } else if (bf16_) {
-      tiny_dy = scan_dy_in_place(dy);
+    const auto [src, tiny_dy] = prepare_dy(dy, workspace);
+    parallel_for(threads_, static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_,
+                 [&](std::int64_t begin, std::int64_t end) {
+                   TaskScratch scratch(*this);
+                   for (std::int64_t t = begin; t < end; ++t) run_task(t, src, y, tiny_dy, scratch);
+                 });
+  }
+
+  // With enough channel blocks to share out evenly, each thread packs a block and at once runs every task
+  // that uses it, so the packed block is read from cache rather than memory (a large filter otherwise makes
+  // a round trip through memory between packing and use). Tasks and packed data are those of
+  // pack_filter + execute, so the results are the same bits.
+  void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace) override {
+    const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
+    if (p_.N == 0 || !(nblocks % threads_ == 0 || nblocks >= 8 * threads_)) {
+      EngineImpl::execute_with_filter(dy, filter, y, workspace);
+      return;
     }
-    // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
-    const TileFn(*fns)[kMaxM + 1] = !bf16_ ? ks_.f32 : tiny_filter_ || tiny_dy ? ks_.bf16_exact : ks_.bf16;
-    const std::int64_t tasks = p_.N * p_.G * static_cast<std::int64_t>(blocks_.size() * units_.size());
-    parallel_for(threads_, tasks, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<TapRef> taps(static_cast<std::size_t>(taps_));
-      std::vector<float> tile(static_cast<std::size_t>(tile_floats_ + 16));
-      float* aligned = static_cast<float*>(align64(tile.data()));
-      for (std::int64_t t = begin; t < end; ++t) run_task(t, src, y, fns, taps.data(), aligned);
+    const auto [src, tiny_dy] = prepare_dy(dy, workspace);
+    parallel_for(threads_, nblocks, [&](std::int64_t begin, std::int64_t end) {
+      TaskScratch scratch(*this);
+      for (std::int64_t gb = begin; gb < end; ++gb) {
+        pack_group_block(filter, gb);
+        for (std::int64_t t = gb * tasks_per_block_; t < (gb + 1) * tasks_per_block_; ++t)
+          run_task(t, src, y, tiny_dy, scratch);
+      }
     });
   }
 
@@ -179,6 +174,35 @@ class GemmEngine final : public EngineImpl {
     std::int64_t ci0;    // first input channel (within the group)
     int nv;              // vectors of lanes_ channels
     std::int64_t w_off;  // packed-filter elements before this block within its group
+  };
+
+  // dy in the compute type (in place, or converted into the workspace) and whether it holds a bf16 value
+  // too small for vdpbf16ps (tiny_bf16).
+  std::pair<const void*, bool> prepare_dy(const void* dy, void* workspace) const {
+    if (direct_dy_) return {dy, bf16_ && scan_dy_in_place(dy)};
+    void* ws = align64(workspace);
+    if (bf16_) return {ws, convert_dy(dy, static_cast<std::uint16_t*>(ws))};
+    convert_dy(dy, static_cast<float*>(ws));
+    return {ws, false};
+  }
+
+  // Packs channel block gb % nb of group gb / nb and notes whether it holds a tiny bf16 value.
+  void pack_group_block(const void* filter, std::int64_t gb) {
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
+    const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
+    w_reader_.visit(filter, [&](auto get) {
+      tiny_blocks_[static_cast<std::size_t>(gb)] =
+          bf16_ ? pack_block(get, gb / nb, b, static_cast<std::uint16_t*>(wpack_.get()))
+                : pack_block(get, gb / nb, b, static_cast<float*>(wpack_.get()));
+    });
+  }
+
+  // Per-thread buffers of run_task.
+  struct TaskScratch {
+    explicit TaskScratch(const GemmEngine& e)
+        : taps(static_cast<std::size_t>(e.taps_)), tile(static_cast<std::size_t>(e.tile_floats_ + 16)) {}
+    std::vector<TapRef> taps;
+    std::vector<float> tile;
   };
 
   // Block layout: fp32 [tap][kpad][nv*lanes]; bf16 [tap][kpad/2][nv*lanes][2]. Padding stays zero (the
@@ -301,15 +325,22 @@ class GemmEngine final : public EngineImpl {
     return any_tiny();
   }
 
-  // One task: rows [ih0, ih1) of y plane (n, g, id) for one channel block, every W phase.
-  // fns: the tile kernels of the compute type ([NV][M]).
-  void run_task(std::int64_t t, const void* dy, void* y, const TileFn (*fns_nv)[kMaxM + 1], TapRef* taps,
-                float* tile) const {
+  // One task: rows [ih0, ih1) of y plane (n, g, id) for one channel block, every W phase. Tasks are
+  // numbered block by block (group, channel block), then by n and unit, so a block's tasks are consecutive.
+  // tiny_dy: dy holds a bf16 value too small for vdpbf16ps.
+  void run_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch) const {
     const std::int64_t nunits = static_cast<std::int64_t>(units_.size()),
                        nb = static_cast<std::int64_t>(blocks_.size());
     const Unit& u = units_[static_cast<std::size_t>(t % nunits)];
-    const std::int64_t rest = t / nunits, g = rest / nb % p_.G, n = rest / nb / p_.G;
-    const Block& b = blocks_[static_cast<std::size_t>(rest % nb)];
+    const std::int64_t gb = t / tasks_per_block_, n = t / nunits % p_.N, g = gb / nb;
+    const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
+    // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
+    const TileFn(*fns_nv)[kMaxM + 1] = !bf16_ ? ks_.f32
+                                       : tiny_blocks_[static_cast<std::size_t>(gb)] || tiny_dy
+                                           ? ks_.bf16_exact
+                                           : ks_.bf16;
+    TapRef* taps = scratch.taps.data();
+    float* tile = static_cast<float*>(align64(scratch.tile.data()));
     const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
     const std::int64_t jd = D.j_of(u.id);
     const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(u.id))];
@@ -452,7 +483,8 @@ class GemmEngine final : public EngineImpl {
   int max_m_[kMaxNv + 1] = {};
   AlignedPtr wpack_;
   bool direct_dy_ = false;
-  bool tiny_filter_ = false;      // the packed bf16 filter holds a tiny value (tiny_bf16)
+  std::vector<unsigned char> tiny_blocks_;  // per (group, channel block): it holds a tiny bf16 value
+  std::int64_t tasks_per_block_ = 0;        // N x units
   bool staged_ = false;           // tiles go to a staging buffer (a row or a plane), stored afterwards
   std::int64_t tile_floats_ = 0;  // per-thread output staging: a tile, a y row or a y plane
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,

@@ -1,6 +1,7 @@
 // validate, bench, demo, help and version, through the executable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <variant>
 
@@ -200,6 +201,24 @@ TEST(Bench, TableAndErrors) {
   const ProcessResult bad_suite = run_cli({"bench", "--suite", "default", "--groups", "2"});
   EXPECT_EQ(bad_suite.exit_code, 2);
   EXPECT_NE(bad_suite.err.find("--groups"), std::string::npos) << bad_suite.err;
+  for (const std::vector<std::string>& bad_shapes : std::vector<std::vector<std::string>>{
+           {"bench", "--suite", "default", "--shapes", "g,zz"}, {"bench", "--shapes", "g"}}) {
+    const ProcessResult r = run_cli(bad_shapes);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--shapes"), std::string::npos) << r.err;
+  }
+}
+
+// --shapes picks suite problems by name, in suite order.
+TEST(Bench, SuiteShapesSelectProblems) {
+  const ProcessResult r = run_cli({"bench", "--suite", "default", "--shapes", "h,g", "--repeat", "1",
+                                   "--warmup", "0", "--threads", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::size_t g = r.out.find("\"name\": \"g\""), h = r.out.find("\"name\": \"h\"");
+  EXPECT_NE(g, std::string::npos) << r.out;
+  EXPECT_NE(h, std::string::npos) << r.out;
+  EXPECT_LT(g, h) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
 }
 
 TEST(Demo, QuickDemoPassesItsCheck) {
