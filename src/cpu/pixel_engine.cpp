@@ -188,15 +188,17 @@ class PixelEngine final : public EngineImpl {
     return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
-  // One task: a row group of one D plane for a block of groups, every W phase. With channel-last y the block
-  // spans 16 channels, so each pixel's channels are stored as one run (transposed from the tiles).
+  // One task: a row group of one D plane for a block of groups, every W phase. Tasks are numbered row group
+  // first, so threads split the work by channels rather than taking alternate rows of every plane (whose
+  // shared cache lines they would then fight over). With channel-last y the block spans 16 channels, so
+  // each pixel's channels are stored as one run (transposed from the tiles).
   // stage: gblock_ * ci_ * rows_ staged y rows of stage_row_ floats, then Wi more, when stage_w_.
   void run_task(std::int64_t t, const void* dy, void* y, PixFn fn, PixTap* taps, float* tile,
                 float* stage) const {
     const std::int64_t ngroups = static_cast<std::int64_t>(groups_.size()), nblocks = ceil_div(p_.G, gblock_);
-    const std::int64_t g0 = t % nblocks * gblock_, g1 = std::min(p_.G, g0 + gblock_),
-                       n = t / nblocks / ngroups;
-    const Group& grp = groups_[static_cast<std::size_t>(t / nblocks % ngroups)];
+    const std::int64_t g0 = t / ngroups % nblocks * gblock_, g1 = std::min(p_.G, g0 + gblock_),
+                       n = t / ngroups / nblocks;
+    const Group& grp = groups_[static_cast<std::size_t>(t % ngroups)];
     const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
     const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(grp.id))];
     const AxisPhase& PH = H.phases[static_cast<std::size_t>(grp.ph)];
