@@ -24,8 +24,31 @@ struct V {
   static CONV3D_DX_INLINE void store(float* p, R v) { _mm256_store_ps(p, v); }
 };
 
+// 8 fp32 -> 8 bf16, round to nearest even; saturate turns overflow and inf (0x7F80) into the largest finite
+// value (0x7F7F), sign kept. NaN lanes must be handled by the caller (numeric's encoding).
+CONV3D_DX_INLINE __m128i bf16_round(__m256 v, bool saturate) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb)), 16);
+  if (saturate) {
+    const __m256i over =
+        _mm256_cmpeq_epi32(_mm256_and_si256(r, _mm256_set1_epi32(0x7FFF)), _mm256_set1_epi32(0x7F80));
+    r = _mm256_add_epi32(r, over);  // -1 where over
+  }
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
 void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = numeric::f32_to_bf16(src[i], saturate);
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {  // rare: numeric's NaN encoding
+      for (std::int64_t k = i; k < i + 8; ++k) dst[k] = numeric::f32_to_bf16(src[k], saturate);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), bf16_round(v, saturate));
+    }
+  }
+  for (; i < n; ++i) dst[i] = numeric::f32_to_bf16(src[i], saturate);
 }
 
 void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
