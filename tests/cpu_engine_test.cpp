@@ -12,6 +12,7 @@
 #include "cpu/geometry.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/pixel_engine.hpp"
+#include "cpu/pointwise_engine.hpp"
 #include "cpu/support.hpp"
 #include "numeric/numeric.hpp"
 #include "reference/reference.hpp"
@@ -51,6 +52,14 @@ void run_pixel(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
   std::string why;
   auto engine = pairs ? cpu::make_pixel_avx512_bf16(EngineRequest{p, threads, Isa::avx512_bf16}, why)
                       : cpu::make_pixel_avx512(EngineRequest{p, threads, Isa::avx512}, why);
+  run_engine(std::move(engine), why, inst);
+}
+
+// The pointwise engine over bf16 pairs (pairs) or in fp32.
+void run_pointwise(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
+  std::string why;
+  auto engine = pairs ? cpu::make_pointwise_avx512_bf16(EngineRequest{p, threads, Isa::avx512_bf16}, why)
+                      : cpu::make_pointwise_avx512(EngineRequest{p, threads, Isa::avx512}, why);
   run_engine(std::move(engine), why, inst);
 }
 
@@ -298,11 +307,13 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     Plan plan(p, o);
     EXPECT_EQ(plan.engine_name(), name);
     if (isa == Isa::avx2) {
-      ASSERT_GE(plan.declined().size(), 4u);
+      ASSERT_GE(plan.declined().size(), 6u);
       EXPECT_EQ(plan.declined()[0], "pixel_avx512_bf16: needs avx512_bf16, requested avx2");
       EXPECT_EQ(plan.declined()[1], "pixel_avx512: needs avx512, requested avx2");
-      EXPECT_EQ(plan.declined()[2], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
-      EXPECT_EQ(plan.declined()[3], "gemm_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[2], "pointwise_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[3], "pointwise_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[4], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[5], "gemm_avx512: needs avx512, requested avx2");
     }
   }
   // fp32 inputs: the bf16 engine declines and says why.
@@ -314,12 +325,15 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     o.isa = Isa::avx512_bf16;
     Plan plan(validate(f32.spec), o);
     EXPECT_EQ(plan.engine_name(), "gemm_avx512");
-    ASSERT_GE(plan.declined().size(), 3u);
+    ASSERT_GE(plan.declined().size(), 5u);
     EXPECT_NE(plan.declined()[0].find("pixel_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[0];
     EXPECT_EQ(plan.declined()[1], "pixel_avx512: Cin/groups is 20, more than 8");
-    EXPECT_NE(plan.declined()[2].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+    EXPECT_NE(plan.declined()[2].find("pointwise_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[2];
+    EXPECT_EQ(plan.declined()[3], "pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)");
+    EXPECT_NE(plan.declined()[4].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[4];
   }
   // Few input channels per group: the pixel engine, over bf16 pairs where the inputs allow.
   if (cpu_supports(Isa::avx512)) {
@@ -451,6 +465,101 @@ TEST_P(CpuPixel, BitwiseIdenticalAcrossThreadCounts) {
 INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPixel, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
 
+// The pointwise engine (1x1x1 kernel, stride 1, no padding, channel-first tensors), in fp32 and over bf16
+// pairs: pixel counts around its 32-pixel tiles, channel blocks of 8 (full and partial), odd and even Cout,
+// groups, y in every output type; exact on small integers; 1, 2 and 3 threads give the same bits.
+class CpuPointwise : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+    if (!cpu_supports(isa)) GTEST_SKIP() << "CPU lacks " << to_string(isa);
+  }
+  Case pointwise(std::int64_t cin, std::int64_t cout, std::array<std::int64_t, 3> in) const {
+    Case c = with_dtype(Case{}, GetParam() ? DType::bf16 : DType::f32);
+    c.data_format = Layout::NCDHW;
+    c.kernel = {1, 1, 1};
+    c.Cin = cin;
+    c.Cout = cout;
+    c.in = in;
+    return c;
+  }
+};
+
+TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
+  std::mt19937_64 rng(131);
+  const std::array<std::int64_t, 3> sizes[] = {{1, 1, 31}, {1, 4, 8}, {1, 1, 33}, {2, 3, 11}, {3, 5, 7}};
+  int k = 0;
+  for (std::int64_t cin : {9, 16, 17, 40})
+    for (std::int64_t cout : {1, 2, 3, 16, 33})
+      for (const auto& in : sizes) {
+        Case c = pointwise(cin, cout, in);
+        c.N = 1 + k % 2;
+        c.groups = k % 3 == 0 ? 2 : 1;
+        c.Cin *= c.groups;
+        c.Cout *= c.groups;
+        c.dilation = {1 + k % 2, 1, 2};  // no effect with a 1x1x1 kernel
+        c.y_dtype = k % 2 == 1 ? DType::f32 : c.dtype;
+        c.filter_format = kFilterFormats[k % 3];
+        ++k;
+        for (Fill fill : {Fill::small_integers, Fill::random}) {
+          Instance inst = instantiate(c, rng, fill);
+          const Problem p = validate(inst.spec);
+          run_pointwise(p, inst, GetParam());
+          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+          if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+            ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+          }
+          ASSERT_TRUE(padding_intact(inst.y)) << c.name();
+          Tensor first = inst.y;
+          first.view.data =
+              first.bytes.data() + (static_cast<unsigned char*>(inst.y.view.data) - inst.y.bytes.data());
+          for (int threads : {1, 3}) {
+            fill_canary(inst.y);
+            run_pointwise(p, inst, GetParam(), threads);
+            EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
+          }
+        }
+      }
+}
+
+// It takes only what it is built for, says why otherwise, and Plan prefers it for such problems.
+TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
+  std::mt19937_64 rng(137);
+  Case ok = pointwise(24, 5, {2, 3, 4});
+  {
+    Instance inst = instantiate(ok, rng, Fill::random);
+    Options o;
+    o.isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(),
+              GetParam() ? "pointwise_avx512_bf16" : "pointwise_avx512");
+  }
+  Case kernel = ok, strided = ok, padded = ok, last = ok, views = ok,
+       narrow = with_dtype(ok, GetParam() ? DType::hif8 : DType::f16);
+  kernel.kernel = {1, 1, 2};
+  strided.stride = {1, 2, 1};
+  padded.pad_front = {0, 1, 0};
+  padded.pad_back = {0, 1, 0};
+  last.data_format = Layout::NDHWC;
+  views.strided_views = true;
+  for (const auto& [c, needle] : std::vector<std::pair<Case, std::string>>{{kernel, "pointwise"},
+                                                                           {strided, "pointwise"},
+                                                                           {padded, "pointwise"},
+                                                                           {last, "contiguous"},
+                                                                           {views, "planes"},
+                                                                           {narrow, "dy is"}}) {
+    Instance inst = instantiate(c, rng, Fill::random);
+    const Problem p = validate(inst.spec);
+    std::string why;
+    auto engine = GetParam() ? cpu::make_pointwise_avx512_bf16(EngineRequest{p, 2, Isa::avx512_bf16}, why)
+                             : cpu::make_pointwise_avx512(EngineRequest{p, 2, Isa::avx512}, why);
+    EXPECT_FALSE(engine) << c.name();
+    EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPointwise, ::testing::Bool(),
+                         [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
+
 // Multiplies every element of a bf16 tensor view by 2^e (exact for the small integers scaled here).
 void scale_bf16(Tensor& t, int e) {
   const TensorView& v = t.view;
@@ -473,42 +582,57 @@ void scale_bf16(Tensor& t, int e) {
 // vdpbf16ps treats denormal inputs as zero and flushes denormal products and partial sums. On small
 // integers scaled to tiny magnitudes (bf16 subnormal inputs; products down to 2^-149; sums whose partial
 // values pass through the denormal range) every fp32 sum is still exact, so y must equal the exact sums:
-// the bf16 engines (GEMM and pixel, both layouts, even and odd Cout for in-place and converted dy) switch
-// to exact kernels; and 1 and 2 threads give the same bits.
+// the bf16 engines (GEMM, pixel and pointwise, both layouts, even and odd Cout for in-place and converted
+// dy) switch to exact kernels; and 1 and 2 threads give the same bits.
 TEST(CpuBf16, TinyInputsAreExact) {
   if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
   std::mt19937_64 rng(113);
   // (dy exponent, filter exponent): both tiny; dy subnormal only; filter subnormal only; products 2^-149.
   const std::pair<int, int> scales[] = {{-64, -64}, {-130, 0}, {0, -130}, {-70, -79}};
-  for (bool pixel : {false, true})
+  for (int kind : {0, 1, 2})  // GEMM, pixel, pointwise
     for (Layout fmt : kDataFormats)
       for (std::int64_t cout : {4, 5})
         for (auto [dy_e, w_e] : scales) {
+          const bool pixel = kind == 1, pointwise = kind == 2;
+          if (pointwise && fmt != Layout::NCDHW) continue;
           Case c = with_dtype(Case{}, DType::bf16);
           c.y_dtype = DType::f32;
           c.data_format = fmt;
           c.Cin = pixel ? 3 : 19;
           c.Cout = cout;
-          c.strided_views = dy_e == -130;  // dy scanned in place with gaps between pixels
+          c.strided_views = dy_e == -130 && !pointwise;  // dy scanned in place with gaps between pixels
           c.in = {3, 6, 18};
           c.stride = {1, 2, 1};
           c.pad_front = {1, 1, 1};
           c.pad_back = {1, 0, 1};
+          if (pointwise) {
+            c.kernel = {1, 1, 1};
+            c.stride = {1, 1, 1};
+            c.pad_front = c.pad_back = {0, 0, 0};
+          }
           Instance inst = instantiate(c, rng, Fill::small_integers);
           scale_bf16(inst.dy, dy_e);
           scale_bf16(inst.filter, w_e);
           const Problem p = validate(inst.spec);
           const std::string what = c.name() + ", dy 2^" + std::to_string(dy_e) + ", filter 2^" +
-                                   std::to_string(w_e) + (pixel ? ", pixel" : ", gemm");
+                                   std::to_string(w_e) +
+                                   (pixel       ? ", pixel"
+                                    : pointwise ? ", pointwise"
+                                                : ", gemm");
+          const auto run = [&](const Problem& q, Instance& i, int threads) {
+            if (pixel)
+              run_pixel(q, i, true, threads);
+            else if (pointwise)
+              run_pointwise(q, i, true, threads);
+            else
+              run_gemm(q, i, Isa::avx512_bf16, {}, threads);
+          };
           Tensor first = inst.y;
           first.view.data =
               first.bytes.data() + (static_cast<unsigned char*>(inst.y.view.data) - inst.y.bytes.data());
           for (int threads : {1, 2}) {
             fill_canary(inst.y);
-            if (pixel)
-              run_pixel(p, inst, true, threads);
-            else
-              run_gemm(p, inst, Isa::avx512_bf16, {}, threads);
+            run(p, inst, threads);
             ASSERT_TRUE(exactly_reference(p, inst)) << what << ", " << threads << " threads";
             ASSERT_TRUE(padding_intact(inst.y)) << what;
             if (threads == 1) {
@@ -525,10 +649,7 @@ TEST(CpuBf16, TinyInputsAreExact) {
           scale_bf16(low.dy, dy_e);
           scale_bf16(low.filter, w_e);
           const Problem pl = validate(low.spec);
-          if (pixel)
-            run_pixel(pl, low, true);
-          else
-            run_gemm(pl, low, Isa::avx512_bf16);
+          run(pl, low, 2);
           EXPECT_TRUE(matches_reference(pl, low)) << what << ", bf16 y";
         }
 }

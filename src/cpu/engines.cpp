@@ -2,16 +2,19 @@
 #include "cpu/direct.hpp"
 #include "cpu/gemm_engine.hpp"
 #include "cpu/pixel_engine.hpp"
+#include "cpu/pointwise_engine.hpp"
 
 namespace conv3d_dx {
 
-// In order of preference: few input channels per group first (pixel-vectorised), then the implicit GEMM
-// per ISA. Each fast engine declines (and says why) when its ISA is above the request or
-// missing on this CPU. `direct` is the portable fallback and never declines.
+// In order of preference: few input channels per group first (pixel-vectorised), pointwise problems on
+// channel-first tensors, then the implicit GEMM per ISA. Each fast engine declines (and says why) when its
+// ISA is above the request or missing on this CPU. `direct` is the portable fallback and never declines.
 const std::vector<EngineFactory>& cpu_engines() {
   static const std::vector<EngineFactory> engines = {
       {"pixel_avx512_bf16", &cpu::make_pixel_avx512_bf16},
       {"pixel_avx512", &cpu::make_pixel_avx512},
+      {"pointwise_avx512_bf16", &cpu::make_pointwise_avx512_bf16},
+      {"pointwise_avx512", &cpu::make_pointwise_avx512},
       {"gemm_avx512_bf16", &cpu::make_gemm_avx512_bf16},
       {"gemm_avx512", &cpu::make_gemm_avx512},
       {"gemm_avx2", &cpu::make_gemm_avx2},

@@ -1,0 +1,175 @@
+#include "cpu/pointwise_engine.hpp"
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/support.hpp"
+
+namespace conv3d_dx::cpu {
+namespace {
+
+constexpr int kUnit = kMaxPixCi;  // input channels per tile: the pixel kernels' widest
+constexpr int kVectors = 2;       // 16-pixel vectors per tile (kUnit x kVectors accumulators, one row)
+constexpr std::int64_t kWidth = 16 * kVectors;
+constexpr std::int64_t kTasksPerThread = 4;  // runs of tiles per thread worth cutting images into
+
+class PointwiseEngine final : public EngineImpl {
+ public:
+  PointwiseEngine(const Problem& p, int threads, const KernelSet& ks, bool pairs)
+      : p_(p),
+        threads_(threads),
+        ks_(ks),
+        pairs_(pairs),
+        k_(pairs ? (p.Cout_g + 1) / 2 : p.Cout_g),
+        units_(ceil_div(p.Cin_g, kUnit)),
+        pixels_(p.in[0] * p.in[1] * p.in[2]),
+        w_reader_(p.filter_dtype, p.input_rounding) {
+    wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * units_ * k_ * kUnit) * 4);
+    // Each image's pixels are cut into runs of whole tiles, enough of them to share out. A pixel's sum does
+    // not depend on which tile holds it, so neither does the result.
+    const std::int64_t tiles = ceil_div(pixels_, kWidth), images = p.N * p.G;
+    const std::int64_t cuts =
+        std::min(tiles, std::max<std::int64_t>(1, ceil_div(kTasksPerThread * threads, images)));
+    run_tiles_ = ceil_div(tiles, cuts);
+    runs_ = ceil_div(tiles, run_tiles_);
+  }
+
+  std::string name() const override { return pairs_ ? "pointwise_avx512_bf16" : "pointwise_avx512"; }
+
+  // Per unit of kUnit input channels (group g, block b; the last block's padding stays zero):
+  // [g][b][co][kUnit] fp32, or [g][b][co / 2][kUnit][2] bf16.
+  void pack_filter(const void* filter) override {
+    const auto& s = p_.filter_strides;
+    // Per unit: whether it holds a bf16 value too small for vdpbf16ps (tiny_bf16).
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(p_.G * units_), 0);
+    w_reader_.visit(filter, [&](auto get) {
+      parallel_for(threads_, p_.G * units_, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t unit = begin; unit < end; ++unit) {
+          const std::int64_t g = unit / units_, ci0 = unit % units_ * kUnit;
+          const std::int64_t valid = std::min<std::int64_t>(kUnit, p_.Cin_g - ci0);
+          bool any = false;
+          for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
+            const std::int64_t src = (g * p_.Cout_g + co) * s[0] + ci0 * s[1];
+            if (pairs_) {  // one 32-byte run per pair of output channels
+              auto* w =
+                  static_cast<std::uint16_t*>(wpack_.get()) + ((unit * k_ + co / 2) * kUnit) * 2 + (co & 1);
+              for (std::int64_t c = 0; c < valid; ++c) {
+                put(w, 2 * c, get(src + c * s[1]));
+                any |= tiny_bf16(w[2 * c]);
+              }
+            } else {
+              float* w = static_cast<float*>(wpack_.get()) + (unit * k_ + co) * kUnit;
+              for (std::int64_t c = 0; c < valid; ++c) put(w, c, get(src + c * s[1]));
+            }
+          }
+          tiny[static_cast<std::size_t>(unit)] = any;
+        }
+      });
+    });
+    tiny_filter_ = std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
+  }
+
+  void execute(const void* dy, void* y, void* /*workspace*/) override {
+    if (p_.N == 0) return;
+    parallel_for(threads_, p_.N * p_.G * runs_, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> panel(static_cast<std::size_t>(k_ * kWidth + 16));  // 4-byte units
+      std::vector<float> tile(static_cast<std::size_t>(kUnit * kWidth + 16));
+      for (std::int64_t t = begin; t < end; ++t)
+        run_task(t, dy, y, static_cast<float*>(align64(panel.data())),
+                 static_cast<float*>(align64(tile.data())));
+    });
+  }
+
+ private:
+  // One task: a run of tiles of image (n, g). Per tile, dy's rows of the tile's pixels for every output
+  // channel are copied into `panel` ([co][kWidth] fp32, or [co / 2][kWidth][2] bf16), then every unit of
+  // input channels is reduced against it into `tile` ([kUnit][kWidth]) and stored.
+  void run_task(std::int64_t t, const void* dy, void* y, float* panel, float* tile) const {
+    const std::int64_t run = t % runs_, g = t / runs_ % p_.G, n = t / runs_ / p_.G;
+    const auto &ds = p_.dy_strides, &ys = p_.y_strides;
+    const std::int64_t p_end = std::min(pixels_, (run + 1) * run_tiles_ * kWidth);
+    for (std::int64_t p0 = run * run_tiles_ * kWidth; p0 < p_end; p0 += kWidth) {
+      const std::int64_t m = std::min(kWidth, p_end - p0), at = n * ds[0] + g * p_.Cout_g * ds[1] + p0;
+      bool tiny = false;
+      if (pairs_) {
+        const auto* src = static_cast<const std::uint16_t*>(dy) + at;
+        auto* pairs = reinterpret_cast<std::uint16_t*>(panel);
+        for (std::int64_t q = 0; q < k_; ++q) {
+          const std::int64_t co = 2 * q;
+          ks_.interleave_bf16(src + co * ds[1], co + 1 < p_.Cout_g ? src + (co + 1) * ds[1] : nullptr,
+                              pairs + q * 2 * kWidth, m);
+          tiny |= ks_.any_tiny_bf16(pairs + q * 2 * kWidth, 2 * m);
+        }
+      } else {
+        const auto* src = static_cast<const float*>(dy) + at;
+        for (std::int64_t co = 0; co < k_; ++co)
+          std::memcpy(panel + co * kWidth, src + co * ds[1], static_cast<std::size_t>(m) * sizeof(float));
+      }
+      // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
+      const PixFn fn = !pairs_                ? ks_.pix[kUnit][kVectors]
+                       : tiny_filter_ || tiny ? ks_.pix_bf16_exact[kUnit][kVectors]
+                                              : ks_.pix_bf16[kUnit][kVectors];
+      PixTap tap{0, nullptr, 1u, 0, static_cast<std::int32_t>(m)};
+      for (std::int64_t u = 0; u < units_; ++u) {
+        tap.w = static_cast<const char*>(wpack_.get()) + (g * units_ + u) * k_ * kUnit * 4;
+        fn(PixArgs{panel, kWidth, 0, k_, &tap, 1, tile});
+        const std::int64_t c0 = g * p_.Cin_g + u * kUnit,
+                           valid = std::min<std::int64_t>(kUnit, p_.Cin_g - u * kUnit);
+        for (std::int64_t c = 0; c < valid; ++c)
+          store_run(p_, ks_, tile + c * kWidth, 1, y, n * ys[0] + (c0 + c) * ys[1] + p0, 1, m);
+      }
+    }
+  }
+
+  Problem p_;
+  int threads_;
+  const KernelSet& ks_;
+  bool pairs_;                             // bf16 channel pairs through vdpbf16ps
+  std::int64_t k_;                         // reduction steps: Cout_g, or channel pairs
+  std::int64_t units_;                     // blocks of kUnit input channels per group
+  std::int64_t pixels_;                    // per image: D x H x W, one contiguous row in both tensors
+  std::int64_t run_tiles_ = 1, runs_ = 1;  // tiles per task, tasks per image
+  AlignedPtr wpack_;
+  bool tiny_filter_ = false;  // the packed bf16 filter holds a tiny value (tiny_bf16)
+  Reader w_reader_;
+};
+
+// The planes of a channel-first tensor (C, D, H, W) are contiguous rows of D x H x W elements.
+bool contiguous_planes(const std::array<std::int64_t, 5>& s, const std::array<std::int64_t, 3>& extent) {
+  return s[4] == 1 && s[3] == extent[2] && s[2] == extent[1] * extent[2];
+}
+
+std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa, std::string& why_not) {
+  const Problem& p = request.problem;
+  const bool pairs = isa == Isa::avx512_bf16;
+  why_not = fast_engine_refusal(isa, request, pairs);
+  if (!why_not.empty()) return nullptr;
+  const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
+  if (p.kernel != ones || p.stride != ones || p.pad_front != zeros || p.pad_back != zeros)
+    why_not = "not pointwise (kernel 1x1x1, stride 1, no padding)";
+  else if (p.dy_strides[1] == 1 || p.y_strides[1] == 1)
+    why_not = "channels are contiguous (the GEMM engine's layout)";
+  else if (!contiguous_planes(p.dy_strides, p.out) || !contiguous_planes(p.y_strides, p.in))
+    why_not = "feature-map planes are not contiguous";
+  else if (pairs ? p.dy_dtype != DType::bf16
+                 : p.dy_dtype != DType::f32 || p.input_rounding != InputRounding::none)
+    why_not = std::string("dy is ") + to_string(p.dy_dtype) +
+              (pairs ? ", not bf16" : ", not fp32 without rounding");
+  if (!why_not.empty()) return nullptr;
+  return std::make_unique<PointwiseEngine>(p, request.threads, avx512_kernels(), pairs);
+}
+
+}  // namespace
+
+std::unique_ptr<EngineImpl> make_pointwise_avx512_bf16(const EngineRequest& request, std::string& why_not) {
+  return make_pointwise(request, Isa::avx512_bf16, why_not);
+}
+
+std::unique_ptr<EngineImpl> make_pointwise_avx512(const EngineRequest& request, std::string& why_not) {
+  return make_pointwise(request, Isa::avx512, why_not);
+}
+
+}  // namespace conv3d_dx::cpu
