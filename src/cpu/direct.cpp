@@ -12,7 +12,7 @@ namespace {
 
 // For one spatial axis, the (kernel index, dy index) pairs that reach each y index, in kernel order.
 struct AxisTaps {
-  std::vector<std::int64_t> begin;        // size in + 1: taps of y index i are [begin[i], begin[i+1])
+  std::vector<std::int64_t> begin;  // size in + 1: taps of y index i are [begin[i], begin[i+1])
   std::vector<std::int64_t> k, o;
 
   AxisTaps(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride, std::int64_t dilation,
@@ -38,7 +38,8 @@ class DirectEngine final : public EngineImpl {
         taps_{AxisTaps(p.in[0], p.out[0], p.kernel[0], p.stride[0], p.dilation[0], p.pad_front[0]),
               AxisTaps(p.in[1], p.out[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]),
               AxisTaps(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2])},
-        filter_(static_cast<std::size_t>(p.G * p.Cin_g * p.Cout_g * p.kernel[0] * p.kernel[1] * p.kernel[2])) {}
+        filter_(
+            static_cast<std::size_t>(p.G * p.Cin_g * p.Cout_g * p.kernel[0] * p.kernel[1] * p.kernel[2])) {}
 
   std::string name() const override { return "direct"; }
 
@@ -58,7 +59,8 @@ class DirectEngine final : public EngineImpl {
           for (std::int64_t kh = 0; kh < p_.kernel[1]; ++kh)
             for (std::int64_t kw = 0; kw < p_.kernel[2]; ++kw)
               for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
-                const std::int64_t src = (g * p_.Cout_g + co) * s[0] + ci * s[1] + kd * s[2] + kh * s[3] + kw * s[4];
+                const std::int64_t src =
+                    (g * p_.Cout_g + co) * s[0] + ci * s[1] + kd * s[2] + kh * s[3] + kw * s[4];
                 *out++ = numeric::load_rounded(p_.filter_dtype, filter, src, p_.input_rounding);
               }
       }
@@ -85,7 +87,8 @@ class DirectEngine final : public EngineImpl {
         for (std::int64_t oh = 0; oh < p_.out[1]; ++oh)
           for (std::int64_t ow = 0; ow < p_.out[2]; ++ow)
             for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
-              const std::int64_t src = n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3] + ow * s[4];
+              const std::int64_t src =
+                  n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3] + ow * s[4];
               *out++ = numeric::load_rounded(p_.dy_dtype, dy, src, p_.input_rounding);
             }
       }
@@ -113,7 +116,8 @@ class DirectEngine final : public EngineImpl {
               const float* d = dy_group + ((D.o[td] * p_.out[1] + H.o[th]) * p_.out[2] + W.o[tw]) * Co;
               for (std::int64_t co = 0; co < Co; ++co) acc += d[co] * w[co];
             }
-        const std::int64_t dst = n * ys[0] + (g * p_.Cin_g + ci) * ys[1] + id * ys[2] + ih * ys[3] + iw * ys[4];
+        const std::int64_t dst =
+            n * ys[0] + (g * p_.Cin_g + ci) * ys[1] + id * ys[2] + ih * ys[3] + iw * ys[4];
         numeric::store_f32(p_.y_dtype, y, dst, acc, p_.overflow);
       }
     }

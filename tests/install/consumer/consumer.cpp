@@ -1,6 +1,5 @@
 // Uses only the installed public header: a 1-D problem small enough to check by hand.
 #include <conv3d_dx/conv3d_dx.hpp>
-
 #include <cstdio>
 
 int main() {
