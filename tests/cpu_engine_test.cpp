@@ -533,6 +533,14 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
     EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(),
               GetParam() ? "pointwise_avx512_bf16" : "pointwise_avx512");
   }
+  {  // a panel of every output channel per thread: refused when that would be huge
+    Problem huge = validate(instantiate(ok, rng, Fill::random).spec);
+    huge.Cout_g = std::int64_t{1} << 20;
+    std::string why;
+    EXPECT_FALSE(GetParam() ? cpu::make_pointwise_avx512_bf16(EngineRequest{huge, 2, Isa::avx512_bf16}, why)
+                            : cpu::make_pointwise_avx512(EngineRequest{huge, 2, Isa::avx512}, why));
+    EXPECT_NE(why.find("panel"), std::string::npos) << why;
+  }
   Case kernel = ok, strided = ok, padded = ok, last = ok, views = ok,
        narrow = with_dtype(ok, GetParam() ? DType::hif8 : DType::f16);
   kernel.kernel = {1, 1, 2};

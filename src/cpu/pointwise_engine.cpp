@@ -15,6 +15,7 @@ constexpr int kUnit = kMaxPixCi;  // input channels per tile: the pixel kernels'
 constexpr int kVectors = 2;       // 16-pixel vectors per tile (kUnit x kVectors accumulators, one row)
 constexpr std::int64_t kWidth = 16 * kVectors;
 constexpr std::int64_t kTasksPerThread = 4;  // runs of tiles per thread worth cutting images into
+constexpr std::int64_t kMaxPanelSteps = std::int64_t{1} << 18;  // a 32 MiB panel per thread at most
 
 class PointwiseEngine final : public EngineImpl {
  public:
@@ -154,6 +155,8 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
     why_not = "channels are contiguous (the GEMM engine's layout)";
   else if (!contiguous_planes(p.dy_strides, p.out) || !contiguous_planes(p.y_strides, p.in))
     why_not = "feature-map planes are not contiguous";
+  else if (p.Cout_g > kMaxPanelSteps * (pairs ? 2 : 1))
+    why_not = "Cout/groups is " + std::to_string(p.Cout_g) + ": its per-thread dy panel would be too large";
   else if (pairs ? p.dy_dtype != DType::bf16
                  : p.dy_dtype != DType::f32 || p.input_rounding != InputRounding::none)
     why_not = std::string("dy is ") + to_string(p.dy_dtype) +
