@@ -52,7 +52,19 @@ void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
 }
 
 void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = numeric::f32_to_fp16(src[i], saturate);
+  const __m256 max = _mm256_set1_ps(65504.0f), min = _mm256_set1_ps(-65504.0f);
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(src + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {  // rare: numeric's NaN encoding
+      for (std::int64_t k = i; k < i + 8; ++k) dst[k] = numeric::f32_to_fp16(src[k], saturate);
+      continue;
+    }
+    if (saturate) v = _mm256_max_ps(_mm256_min_ps(v, max), min);  // beyond 65504 would round to inf
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) dst[i] = numeric::f32_to_fp16(src[i], saturate);
 }
 
 }  // namespace avx2
