@@ -44,8 +44,27 @@ constexpr Layout kFilterFormats[] = {Layout::NCDHW, Layout::NDHWC, Layout::DHWCN
 // Memory of one tensor plus the view describing it.
 struct Tensor {
   std::vector<unsigned char> bytes;
-  TensorView view;
+  TensorView view;  // view.data points into bytes (or is null)
+
+  Tensor() = default;
+  // A copy views its own bytes at the same offset, so it is a snapshot independent of the original.
+  Tensor(const Tensor& o) : bytes(o.bytes), view(o.view) { view.data = rebased(o); }
+  Tensor& operator=(const Tensor& o) {
+    bytes = o.bytes;
+    view = o.view;
+    view.data = rebased(o);
+    return *this;
+  }
+  Tensor(Tensor&&) noexcept = default;  // a moved vector keeps its buffer: view.data stays valid
+  Tensor& operator=(Tensor&&) noexcept = default;
+
   std::int64_t elements() const;  // logical elements
+
+ private:
+  void* rebased(const Tensor& o) {
+    if (o.view.data == nullptr) return nullptr;
+    return bytes.data() + (static_cast<const unsigned char*>(o.view.data) - o.bytes.data());
+  }
 };
 
 // Shape given in canonical order (N, C, D, H, W or Cout, Cin_g, kD, kH, kW), laid out as `layout`.
