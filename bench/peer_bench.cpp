@@ -224,9 +224,6 @@ struct Timing {
 
 Timing time_runs(const std::function<void()>& run, const Config& c) {
   using clock = std::chrono::steady_clock;
-  // Worker threads of the route timed before (OpenMP's, TBB's) spin for a while after their last job; on
-  // few CPUs they would steal time from this route. Let them go to sleep first.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   double total = 0;  // warmup runs stop early too once they pass the time limit
   for (int i = 0; i < c.warmup && total < c.max_seconds * 1e3; ++i) {
     const auto t0 = clock::now();
