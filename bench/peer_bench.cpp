@@ -1,5 +1,5 @@
 // conv3d_dx_peer_bench: conv3d-dx against oneDNN's convolution_backward_data on the benchmark suite, both
-// given the user's plain tensors (issue 3, item 4). For every shape, dtype and data format it times
+// given the user's plain tensors. For every shape, dtype and data format it times
 //   conv3d-dx       Plan::execute(dy, filter, y): plain tensors in and out, the filter packed every call;
 //   oneDNN plain    a primitive created on the plain layouts (ncdhw/ndhwc data, oidhw/goidhw weights);
 //   oneDNN blocked  a primitive created with format_tag::any plus the reorders a caller with plain tensors

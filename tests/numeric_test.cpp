@@ -1,5 +1,5 @@
-// Exact numerics (SPEC §4): every row of the shared decode/encode tables, every fp16 and bf16 code, and
-// encoding checked against an independent model that searches the table of representable values.
+// Exact numerics (docs/numerics.md): every row of the decode/encode tables in tests/data, every fp16 and bf16
+// code, and encoding checked against an independent model that searches the table of representable values.
 #include "numeric/numeric.hpp"
 
 #include <gtest/gtest.h>
@@ -17,10 +17,6 @@
 #include <utility>
 #include <vector>
 
-#ifndef CONV3D_DX_SHARED_DATA
-#define CONV3D_DX_SHARED_DATA "../shared/data"
-#endif
-
 namespace {
 
 using namespace conv3d_dx;
@@ -30,9 +26,9 @@ std::uint32_t bits(float v) { return std::bit_cast<std::uint32_t>(v); }
 float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
 std::uint32_t hex(const std::string& s) { return static_cast<std::uint32_t>(std::stoul(s, nullptr, 16)); }
 
-// Rows of a CSV file from the shared data folder, header dropped, fields split on commas.
+// Rows of a CSV file from tests/data, header dropped, fields split on commas.
 std::vector<std::vector<std::string>> read_csv(const std::string& name) {
-  const std::string path = std::string(CONV3D_DX_SHARED_DATA) + "/" + name;
+  const std::string path = std::string(CONV3D_DX_TEST_DATA) + "/" + name;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path);
   std::vector<std::vector<std::string>> rows;
@@ -159,7 +155,7 @@ TEST(Numeric, Bf16EveryCodeDecodesExactlyAndRoundTrips) {
 
 // ---------------------------------------------------------------------------------------------------------
 // Encoding against an independent model: the sorted table of non-negative representable values (from the
-// definition or the shared CSV, never from the code under test), searched for the nearest neighbours of
+// definition or the decode table, never from the code under test), searched for the nearest neighbours of
 // |x| in double precision. One virtual entry beyond the largest finite value stands for overflow, carrying
 // the code IEEE mode writes (fp16/bf16 inf, fp8 NaN, hifloat8 inf); it makes the overflow threshold just
 // another midpoint with the format's tie rule.
@@ -216,7 +212,7 @@ Format bf16_format() {
   return f;
 }
 
-// Non-negative finite codes from the shared decode table; the tables' codes do not sort like values.
+// Non-negative finite codes from the decode table; the tables' codes do not sort like values.
 std::vector<std::pair<double, std::uint32_t>> csv_table(const std::string& file) {
   std::vector<std::pair<double, std::uint32_t>> table;
   for (const auto& row : read_csv(file)) {

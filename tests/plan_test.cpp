@@ -1,5 +1,6 @@
 // The Plan API end to end: whichever engine the CPU gets by default, and the reference engine, against the
-// oracle over random sweeps of every dtype and layout, plus the edge cases SPEC §1 and issue 2 name.
+// oracle over random sweeps of every dtype and layout, plus the edge cases of docs/operator.md (edge
+// shapes, unreached positions, huge strides, 4-value input_size).
 #include <cfloat>
 #include <cmath>
 

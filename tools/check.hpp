@@ -1,5 +1,5 @@
-// Random inputs and the accuracy check of an output against the float64 reference (SPEC §4), shared by
-// `conv3d-dx demo` and the CLI tests.
+// Random inputs and the accuracy check of an output against the float64 reference (docs/numerics.md), shared
+// by `conv3d-dx demo` and the CLI tests.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@ struct CheckResult {
 };
 
 // Compares y (read through p.y_strides as p.y_dtype) with reference::compute.
-// Each element must satisfy reference::acceptable (SPEC §4) with reference::fp32_allowance.
+// Each element must satisfy reference::acceptable (docs/numerics.md) with reference::fp32_allowance.
 // channel_limit > 0 checks only the first channel_limit input channels of each group (the reference is slow).
 CheckResult check_against_reference(const Problem& p, const void* dy, const void* filter, const void* y,
                                     std::int64_t channel_limit = 0);

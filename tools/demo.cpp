@@ -20,8 +20,8 @@ const char* const kDemoHelp =
 
 Runs the gradient of a video-VAE-like 3-D convolution block (N=1, Cin=Cout=64, y 8x32x32, kernel 3x3x3,
 NDHWC data, NCDHW filter) with stride 1 and with stride 2, in fp32 and bf16, on random data. Prints the engine,
-the time and GFLOP/s of Plan::execute, and checks the result against the float64 reference within the SPEC
-section 4 tolerance (the reference is slow, so only the first input channels are checked; the output says
+the time and GFLOP/s of Plan::execute, and checks the result against the float64 reference within the tolerance of
+docs/numerics.md (the reference is slow, so only the first input channels are checked; the output says
 which). --quick runs a smaller block and checks every output.
 
 Exit status: 0 when every check passes, 1 when one fails, 2 for invalid flags.

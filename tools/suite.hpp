@@ -1,5 +1,6 @@
-// The benchmark suite (issue 3) in forward-convolution terms, shared by `conv3d-dx bench --suite default`
-// and the oneDNN peer benchmark so both time exactly the same problems.
+// The benchmark suite (shapes a-i plus U-Net, k1-stride-2, wide-tiny and video-VAE shapes) in
+// forward-convolution terms, shared by `conv3d-dx bench --suite default` and the oneDNN peer benchmark so
+// both time exactly the same problems.
 #pragma once
 
 #include <array>

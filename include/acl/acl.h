@@ -1,4 +1,4 @@
-/* conv3d-dx: the CANN-compatible entry header: programs include "acl/acl.h" (SPEC §5). C and C++. */
+/* conv3d-dx: the CANN-compatible entry header: programs include "acl/acl.h" (docs/aclnn.md). C and C++. */
 #ifndef CONV3D_DX_ACL_ACL_H
 #define CONV3D_DX_ACL_ACL_H
 

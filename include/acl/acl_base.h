@@ -1,4 +1,4 @@
-/* conv3d-dx: the CANN-compatible base types (written from SPEC §5; values match CANN's).
+/* conv3d-dx: the CANN-compatible base types (written from docs/aclnn.md; values match CANN's).
  * C and C++. "Device" memory is host memory and the only device is 0. */
 #ifndef CONV3D_DX_ACL_ACL_BASE_H
 #define CONV3D_DX_ACL_ACL_BASE_H

@@ -1,4 +1,4 @@
-/* conv3d-dx: the CANN-compatible host runtime (written from SPEC §5). C and C++.
+/* conv3d-dx: the CANN-compatible host runtime (written from docs/aclnn.md). C and C++.
  * There is one device (0); "device" memory is host memory; a stream is an in-order queue that executes
  * work when it is submitted, so aclrtSynchronizeStream only checks the stream. */
 #ifndef CONV3D_DX_ACL_ACL_RT_H

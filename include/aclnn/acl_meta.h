@@ -1,4 +1,4 @@
-/* conv3d-dx: the CANN-compatible aclnn objects: tensors, arrays, executors and status codes (SPEC §5).
+/* conv3d-dx: the CANN-compatible aclnn objects: tensors, arrays, executors and status codes (docs/aclnn.md).
  * C and C++. Every object is checked on use: a destroyed or foreign pointer is an error, not a crash. */
 #ifndef CONV3D_DX_ACLNN_ACL_META_H
 #define CONV3D_DX_ACLNN_ACL_META_H

@@ -1,4 +1,4 @@
-/* conv3d-dx: what every aclnnop header includes (SPEC §5). C and C++. */
+/* conv3d-dx: what every aclnnop header includes (docs/aclnn.md). C and C++. */
 #ifndef CONV3D_DX_ACLNN_ACLNN_BASE_H
 #define CONV3D_DX_ACLNN_ACLNN_BASE_H
 

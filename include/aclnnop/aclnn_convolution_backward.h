@@ -1,4 +1,4 @@
-/* conv3d-dx: aclnnConvolutionBackward (SPEC §5). C and C++.
+/* conv3d-dx: aclnnConvolutionBackward (docs/aclnn.md). C and C++.
  *
  * Computes gradInput, gradWeight and gradBias (outputMask[0], [1], [2]) of a convolution with NCDHW, NCHW or
  * NCL/ND tensors: gradWeight has weight's shape and dtype (ACL_FLOAT is also accepted for an 8-bit weight),

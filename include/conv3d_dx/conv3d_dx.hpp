@@ -17,7 +17,7 @@ namespace conv3d_dx {
 enum class DType { f32, f16, bf16, hif8, fp8_e4m3fn };
 // Feature maps use NCDHW or NDHWC; filters also DHWCN ([kD, kH, kW, Cin_g, Cout]).
 enum class Layout { NCDHW, NDHWC, DHWCN };
-// What happens to finite values beyond an output type's range (SPEC §4).
+// What happens to finite values beyond an output type's range (docs/numerics.md).
 enum class OverflowMode { ieee, saturate };
 // Rounding applied to every input element before multiplication.
 enum class InputRounding { none, hf32, fp16 };
@@ -69,7 +69,7 @@ struct TensorView {
                                std::array<std::int64_t, 5> shape);
 };
 
-// The operator's attributes, exactly as Conv3DBackpropInputV2 takes them (SPEC §2).
+// The operator's attributes, exactly as Conv3DBackpropInputV2 takes them (docs/operator.md).
 struct Attributes {
   std::vector<std::int64_t> input_size;  // 5 values in data_format order, or 4 (D = 1 inserted)
   std::array<std::int64_t, 5> strides{1, 1, 1, 1, 1};

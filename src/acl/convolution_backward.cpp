@@ -430,10 +430,10 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
   const aclTensor& gx = *a.gradInput;
   e->final_y = view5(gx, x_type, gx.data);
   spec.y = e->final_y;
-  // conv3d_dx writes y in an input dtype or fp32 (SPEC §2), rounding its fp32 sums once. When promotion gave
-  // input a third dtype, or under USE_FP16 ("computed in fp16, the result cast back") unless gradInput is
-  // fp16 and so an input dtype, y goes through fp32 in the workspace: the same sums, rounded once by the
-  // conversion.
+  // conv3d_dx writes y in an input dtype or fp32 (docs/operator.md), rounding its fp32 sums once. When
+  // promotion gave input a third dtype, or under USE_FP16 ("computed in fp16, the result cast back") unless
+  // gradInput is fp16 and so an input dtype, y goes through fp32 in the workspace: the same sums, rounded
+  // once by the conversion.
   e->through_fp16 = a.cubeMathType == 2 && x_type != DType::f16;
   e->via_f32 = e->through_fp16 || !(x_type == dy_type || x_type == w_type || x_type == DType::f32);
   if (e->via_f32) spec.y = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, e->final_y.shape);

@@ -1,4 +1,4 @@
-// HiFloat8 (SPEC §4): sign bit, then a prefix ("dot") that says how many bits the exponent takes.
+// HiFloat8 (docs/numerics.md): sign bit, then a prefix ("dot") that says how many bits the exponent takes.
 //
 //   after the sign | exponent bits n | |E|     | mantissa bits
 //   11             | 4               | 8..15   | 1

@@ -1,4 +1,4 @@
-// fp16, bf16, float8_e4m3fn and HF32 conversions, and the generic element load/store (SPEC §4).
+// fp16, bf16, float8_e4m3fn and HF32 conversions, and the generic element load/store (docs/numerics.md).
 // HiFloat8 lives in hifloat8.cpp because its layout is not IEEE-like.
 #include "numeric/numeric.hpp"
 

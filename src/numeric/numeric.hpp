@@ -1,4 +1,5 @@
-// Scalar conversions between fp32 and the storage types (SPEC §4). Decoding is exact; encoding rounds once.
+// Scalar conversions between fp32 and the storage types (docs/numerics.md). Decoding is exact; encoding
+// rounds once.
 #pragma once
 
 #include <bit>
@@ -27,7 +28,7 @@ float hif8_to_f32(std::uint8_t code);
 float fp8_e4m3fn_to_f32(std::uint8_t code);
 
 // Round to nearest even (fp16, bf16, fp8) or nearest with ties away from zero (hifloat8).
-// saturate: finite overflow and inf clamp to the largest finite value (see SPEC §4 for NaN).
+// saturate: finite overflow and inf clamp to the largest finite value (see docs/numerics.md for NaN).
 std::uint16_t f32_to_fp16(float v, bool saturate);
 std::uint16_t f32_to_bf16(float v, bool saturate);
 std::uint8_t f32_to_hif8(float v, bool saturate);

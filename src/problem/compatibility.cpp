@@ -1,5 +1,5 @@
 // Which Ascend products would accept a problem, from the operator's documented constraints
-// (shared/seed-000: Conv3DBackpropInputV2 constraints and dtype/format table).
+// (docs/operator.md, "Ascend products").
 #include <string>
 
 #include "conv3d_dx/conv3d_dx.hpp"

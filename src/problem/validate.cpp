@@ -1,5 +1,5 @@
-// The one place where arguments become a Problem: every rule of SPEC §2-3 is checked here, before anything
-// is computed or written, and each failure names the parameter, the value and the rule.
+// The one place where arguments become a Problem: every rule of docs/operator.md is checked here, before
+// anything is computed or written, and each failure names the parameter, the value and the rule.
 #include <algorithm>
 #include <string>
 
@@ -106,8 +106,8 @@ void check_dtypes(const ProblemSpec& spec) {
       fail("filter", std::string("dtype is ") + to_string(w) + " but out_backprop is " + to_string(dy) +
                          "; hif8 and fp8_e4m3fn cannot be mixed with other dtypes");
   }
-  // y has the input dtype or fp32 (SPEC §2); where aclnn promotes or computes in fp16, the result is cast
-  // to the output's dtype, so any 16/32-bit dtype is fine there.
+  // y has the input dtype or fp32 (docs/operator.md); where aclnn promotes or computes in fp16, the result is
+  // cast to the output's dtype, so any 16/32-bit dtype is fine there.
   const DType y = spec.y.dtype;
   const bool cast_result =
       (spec.allow_mixed_dtypes && !numeric::is_8bit(dy)) || spec.input_rounding == InputRounding::fp16;

@@ -1,4 +1,4 @@
-// SPEC §4's accuracy rule for one y element, shared by the tests and `conv3d-dx demo`.
+// The accuracy rule for one y element, shared by the tests and `conv3d-dx demo`.
 #pragma once
 
 #include <cstdint>

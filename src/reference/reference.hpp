@@ -1,4 +1,4 @@
-// The oracle: plain loops over the definition (SPEC §1), 64-bit indices, float64 accumulation.
+// The oracle: plain loops over the definition (docs/operator.md), 64-bit indices, float64 accumulation.
 // Slow and obvious on purpose; every engine and front end is tested against it.
 #pragma once
 

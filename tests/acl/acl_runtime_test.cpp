@@ -1,4 +1,5 @@
-// The host runtime and the aclnn objects (SPEC §5): init, devices, streams, memory, copies, tensors, arrays.
+// The host runtime and the aclnn objects (docs/aclnn.md): init, devices, streams, memory, copies, tensors,
+// arrays.
 #include <gtest/gtest.h>
 
 #include <cstdio>

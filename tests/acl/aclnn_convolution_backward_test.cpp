@@ -1,5 +1,6 @@
-// aclnnConvolutionBackward (SPEC §5): results bitwise equal to the C++ API, the promotion and cubeMathType
-// semantics against the float64 reference, views, executors, and every rule with its status and message.
+// aclnnConvolutionBackward (docs/aclnn.md): results bitwise equal to the C++ API, the promotion and
+// cubeMathType semantics against the float64 reference, views, executors, and every rule with its status and
+// message.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // `conv3d-dx run` end to end: inputs written as .npy, the CLI run as a subprocess, y.npy read back and
-// compared with the float64 reference within SPEC §4.
+// compared with the float64 reference within docs/numerics.md.
 #include <gtest/gtest.h>
 
 #include <cmath>

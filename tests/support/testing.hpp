@@ -1,5 +1,5 @@
 // Shared test helpers: problems described in canonical terms, tensors in any layout (optionally padded so
-// views are non-contiguous), random or small-integer data, canaries, and the SPEC §4 accuracy check.
+// views are non-contiguous), random or small-integer data, canaries, and the docs/numerics.md accuracy check.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -91,7 +91,7 @@ Instance instantiate(const Case& c, std::mt19937_64& rng, Fill kind);
 // Element (n, c, d, h, w) of a feature-map tensor, canonical index, decoded to double.
 double element(const Tensor& t, const std::array<std::int64_t, 5>& canonical_index);
 
-// y against the float64 reference: exact for fp32 sums that are exact; otherwise within SPEC §4
+// y against the float64 reference: exact for fp32 sums that are exact; otherwise within docs/numerics.md
 // (fp32 error of a few units of 2^-24 times sum |dy*w|, then one rounding to the output type).
 ::testing::AssertionResult matches_reference(const Problem& p, const Instance& inst);
 // Bitwise equality of two y tensors over their logical elements.
