@@ -255,25 +255,58 @@ TEST(Compatibility, ReportsEachProductsLimits) {
   EXPECT_TRUE(verdicts[1].accepted);
 }
 
-TEST(Compatibility, Ascend950RejectsGroupsWithNdhwcAndLowPrecisionOutsideNcdhw) {
-  std::mt19937_64 rng(6);
-  Instance inst = instantiate(base_case(), rng, Fill::small_integers);  // groups 2, NDHWC
-  auto verdicts = ascend_compatibility(validate(inst.spec));
-  EXPECT_TRUE(verdicts[0].accepted);
-  EXPECT_FALSE(verdicts[1].accepted);
-  EXPECT_NE(verdicts[1].violations.at(0).find("groups 2"), std::string::npos);
+// The Ascend 950 rows of the operator page's dtype/format table (docs/operator.md, "Ascend products"),
+// written out row by row: every combination listed is accepted, every other one rejected.
+struct Ascend950Row {
+  bool grouped;
+  bool eight_bit;
+  Layout data_format;
+  Layout filter_format;
+};
+constexpr Ascend950Row kAscend950Table[] = {
+    {false, true, Layout::NCDHW, Layout::NCDHW},  {false, true, Layout::NDHWC, Layout::NCDHW},
+    {false, false, Layout::NCDHW, Layout::NCDHW}, {false, false, Layout::NCDHW, Layout::NDHWC},
+    {false, false, Layout::NCDHW, Layout::DHWCN}, {false, false, Layout::NDHWC, Layout::NDHWC},
+    {false, false, Layout::NDHWC, Layout::NCDHW}, {false, false, Layout::NDHWC, Layout::DHWCN},
+    {true, true, Layout::NCDHW, Layout::NCDHW},   {true, false, Layout::NCDHW, Layout::NCDHW},
+    {true, false, Layout::NCDHW, Layout::NDHWC},  {true, false, Layout::NCDHW, Layout::DHWCN},
+};
 
-  Case c = with_dtype(base_case(), DType::hif8);
-  c.groups = 1;
-  Instance low = instantiate(c, rng, Fill::small_integers);
-  verdicts = ascend_compatibility(validate(low.spec));
-  EXPECT_FALSE(verdicts[0].accepted);  // A2/A3: fp16, bf16, fp32 only
-  EXPECT_FALSE(verdicts[1].accepted);  // 950: hif8 needs NCDHW everywhere
-  c.data_format = Layout::NCDHW;
-  Instance ncdhw = instantiate(c, rng, Fill::small_integers);
-  verdicts = ascend_compatibility(validate(ncdhw.spec));
-  EXPECT_FALSE(verdicts[0].accepted);
-  EXPECT_TRUE(verdicts[1].accepted);
+TEST(Compatibility, Ascend950FollowsTheOperatorTableRowByRow) {
+  std::mt19937_64 rng(6);
+  int accepted_rows = 0;
+  for (const std::int64_t groups : {1, 2})
+    for (const DType dtype : kAllDtypes)
+      for (const Layout data_format : kDataFormats)
+        for (const Layout filter_format : kFilterFormats) {
+          Case c = with_dtype(base_case(), dtype);
+          c.groups = groups;
+          c.data_format = data_format;
+          c.filter_format = filter_format;
+          const Ascend950Row combination{groups > 1, dtype == DType::hif8 || dtype == DType::fp8_e4m3fn,
+                                         data_format, filter_format};
+          bool listed = false;
+          for (const Ascend950Row& row : kAscend950Table)
+            listed |= row.grouped == combination.grouped && row.eight_bit == combination.eight_bit &&
+                      row.data_format == combination.data_format &&
+                      row.filter_format == combination.filter_format;
+          Instance inst = instantiate(c, rng, Fill::small_integers);
+          const auto verdicts = ascend_compatibility(validate(inst.spec));
+          ASSERT_EQ(verdicts.size(), 2u);
+          EXPECT_EQ(verdicts[1].accepted, listed) << c.name();
+          // Each broken rule is named once: groups with NDHWC feature maps, an 8-bit filter not in NCDHW.
+          std::vector<std::string> expected;
+          if (groups > 1 && data_format == Layout::NDHWC) expected.push_back("groups 2 > 1");
+          if (combination.eight_bit && filter_format != Layout::NCDHW) expected.push_back("filter format");
+          ASSERT_EQ(verdicts[1].violations.size(), expected.size()) << c.name();
+          for (std::size_t i = 0; i < expected.size(); ++i)
+            EXPECT_NE(verdicts[1].violations[i].find(expected[i]), std::string::npos)
+                << verdicts[1].violations[i];
+          accepted_rows += listed;
+          // A2/A3 have no 8-bit types and no format restrictions.
+          EXPECT_EQ(verdicts[0].accepted, !combination.eight_bit) << c.name();
+        }
+  EXPECT_EQ(accepted_rows, 3 * 6 + 2 * 2 + 3 * 3 + 2 * 1);  // the rows times their dtypes
 }
 
 TEST(Compatibility, FilterHeightAndWidthLimitApplyEverywhere) {
