@@ -19,9 +19,11 @@ int resolve_threads(int requested) {
   return hw > 0 ? static_cast<int>(hw) : 1;
 }
 
-// Options::isa, else the CONV3D_DX_ISA environment variable, else the best the CPU has.
-Isa resolve_isa(Isa requested) {
+// Options::isa, else the CONV3D_DX_ISA environment variable, else the best the CPU has. `named` tells
+// whether the caller named one.
+Isa resolve_isa(Isa requested, bool& named) {
   std::string source = "isa";
+  named = false;
   if (requested == Isa::best) {
     const char* env = std::getenv("CONV3D_DX_ISA");
     if (env == nullptr || *env == '\0') return detect_isa();
@@ -37,6 +39,7 @@ Isa resolve_isa(Isa requested) {
     throw Error(ErrorCode::unsupported, source,
                 source + " " + to_string(requested) +
                     " is not supported by this CPU (best: " + to_string(detect_isa()) + ")");
+  named = true;
   return requested;
 }
 
@@ -55,6 +58,7 @@ struct Plan::State {
   Problem problem;
   int threads = 1;
   Isa isa = Isa::portable;
+  bool isa_named = false;  // by the caller, rather than detected
   std::unique_ptr<EngineImpl> engine;
   std::vector<std::string> declined;
   std::vector<unsigned char> workspace;  // used when the caller passes none
@@ -66,7 +70,8 @@ void Plan::State::create_engine() {
     engine = make_reference_engine(problem);
     return;
   }
-  const EngineRequest request{problem, threads, isa};
+  EngineRequest request{problem, threads, isa};
+  request.isa_named = isa_named;
   for (const EngineFactory& factory : cpu_engines()) {
     std::string why_not;
     try {
@@ -87,13 +92,14 @@ Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_un
   State& s = *state_;
   s.problem = validate(problem);
   s.threads = resolve_threads(options.threads);
-  s.isa = resolve_isa(options.isa);
+  s.isa = resolve_isa(options.isa, s.isa_named);
   try {
     s.create_engine();
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::out_of_memory, "", "not enough memory to plan " + problem.describe());
   }
   if (options.verbose) {
+    std::cerr << "conv3d-dx: cpu " << host_cpu_model().describe() << '\n';
     for (const auto& d : s.declined) std::cerr << "conv3d-dx: declined " << d << '\n';
     std::cerr << "conv3d-dx: engine " << s.engine->name() << " (isa " << to_string(s.isa) << ", " << s.threads
               << " threads) for " << problem.describe() << '\n';

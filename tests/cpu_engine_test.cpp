@@ -31,6 +31,13 @@ bool takes(Isa isa, const Problem& p) {
                                      p.input_rounding != InputRounding::fp16);
 }
 
+// A request that names the ISA, as these tests do: its kernels run whatever the cost table prefers.
+EngineRequest named_request(const Problem& p, int threads, Isa isa) {
+  EngineRequest request{p, threads, isa};
+  request.isa_named = true;
+  return request;
+}
+
 // Runs an engine on the instance (as `p` describes it); y holds the result.
 void run_engine(std::unique_ptr<EngineImpl> engine, const std::string& why, Instance& inst) {
   EXPECT_TRUE(engine) << why;
@@ -43,23 +50,23 @@ void run_engine(std::unique_ptr<EngineImpl> engine, const std::string& why, Inst
 void run_gemm(const Problem& p, Instance& inst, Isa isa, const cpu::GemmTuning& tuning = {},
               int threads = 2) {
   std::string why;
-  auto engine = cpu::make_gemm(EngineRequest{p, threads, isa}, isa, tuning, why);
+  auto engine = cpu::make_gemm(named_request(p, threads, isa), isa, tuning, why);
   run_engine(std::move(engine), why, inst);
 }
 
 // The pixel engine over bf16 pairs (pairs) or in fp32.
 void run_pixel(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
   std::string why;
-  auto engine = pairs ? cpu::make_pixel_avx512_bf16(EngineRequest{p, threads, Isa::avx512_bf16}, why)
-                      : cpu::make_pixel_avx512(EngineRequest{p, threads, Isa::avx512}, why);
+  auto engine = pairs ? cpu::make_pixel_avx512_bf16(named_request(p, threads, Isa::avx512_bf16), why)
+                      : cpu::make_pixel_avx512(named_request(p, threads, Isa::avx512), why);
   run_engine(std::move(engine), why, inst);
 }
 
 // The pointwise engine over bf16 pairs (pairs) or in fp32.
 void run_pointwise(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
   std::string why;
-  auto engine = pairs ? cpu::make_pointwise_avx512_bf16(EngineRequest{p, threads, Isa::avx512_bf16}, why)
-                      : cpu::make_pointwise_avx512(EngineRequest{p, threads, Isa::avx512}, why);
+  auto engine = pairs ? cpu::make_pointwise_avx512_bf16(named_request(p, threads, Isa::avx512_bf16), why)
+                      : cpu::make_pointwise_avx512(named_request(p, threads, Isa::avx512), why);
   run_engine(std::move(engine), why, inst);
 }
 
@@ -231,7 +238,7 @@ TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
       Tensor first = inst.y;
       for (int threads : {1, 2, 3}) {
         std::string why;
-        auto engine = cpu::make_gemm(EngineRequest{p, threads, GetParam()}, GetParam(), {}, why);
+        auto engine = cpu::make_gemm(named_request(p, threads, GetParam()), GetParam(), {}, why);
         ASSERT_TRUE(engine) << why;
         std::vector<unsigned char> workspace(engine->workspace_bytes());
         fill_canary(inst.y);
@@ -485,6 +492,8 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
     for (std::int64_t cout : {1, 2, 3, 16, 33})
       for (const auto& in : sizes) {
         Case c = pointwise(cin, cout, in);
+        if (!GetParam()) c = with_dtype(c, kAllDtypes[k % 5]);  // widened to fp32 tile by tile
+        c.hf32 = !GetParam() && k % 10 == 5 && c.dtype == DType::f32;
         c.N = 1 + k % 2;
         c.groups = k % 3 == 0 ? 2 : 1;
         c.Cin *= c.groups;
@@ -527,29 +536,29 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
     Problem huge = validate(instantiate(ok, rng, Fill::random).spec);
     huge.Cout_g = std::int64_t{1} << 20;
     std::string why;
-    EXPECT_FALSE(GetParam() ? cpu::make_pointwise_avx512_bf16(EngineRequest{huge, 2, Isa::avx512_bf16}, why)
-                            : cpu::make_pointwise_avx512(EngineRequest{huge, 2, Isa::avx512}, why));
+    EXPECT_FALSE(GetParam() ? cpu::make_pointwise_avx512_bf16(named_request(huge, 2, Isa::avx512_bf16), why)
+                            : cpu::make_pointwise_avx512(named_request(huge, 2, Isa::avx512), why));
     EXPECT_NE(why.find("panel"), std::string::npos) << why;
   }
-  Case kernel = ok, strided = ok, padded = ok, last = ok, views = ok,
-       narrow = with_dtype(ok, GetParam() ? DType::hif8 : DType::f16);
+  Case kernel = ok, strided = ok, padded = ok, last = ok, views = ok;
   kernel.kernel = {1, 1, 2};
   strided.stride = {1, 2, 1};
   padded.pad_front = {0, 1, 0};
   padded.pad_back = {0, 1, 0};
   last.data_format = Layout::NDHWC;
   views.strided_views = true;
-  for (const auto& [c, needle] : std::vector<std::pair<Case, std::string>>{{kernel, "pointwise"},
-                                                                           {strided, "pointwise"},
-                                                                           {padded, "pointwise"},
-                                                                           {last, "contiguous"},
-                                                                           {views, "planes"},
-                                                                           {narrow, "dy is"}}) {
+  std::vector<std::pair<Case, std::string>> refused{{kernel, "pointwise"},
+                                                    {strided, "pointwise"},
+                                                    {padded, "pointwise"},
+                                                    {last, "contiguous"},
+                                                    {views, "planes"}};
+  if (GetParam()) refused.push_back({with_dtype(ok, DType::hif8), "dy is"});  // pairs need bf16 dy
+  for (const auto& [c, needle] : refused) {
     Instance inst = instantiate(c, rng, Fill::random);
     const Problem p = validate(inst.spec);
     std::string why;
-    auto engine = GetParam() ? cpu::make_pointwise_avx512_bf16(EngineRequest{p, 2, Isa::avx512_bf16}, why)
-                             : cpu::make_pointwise_avx512(EngineRequest{p, 2, Isa::avx512}, why);
+    auto engine = GetParam() ? cpu::make_pointwise_avx512_bf16(named_request(p, 2, Isa::avx512_bf16), why)
+                             : cpu::make_pointwise_avx512(named_request(p, 2, Isa::avx512), why);
     EXPECT_FALSE(engine) << c.name();
     EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
   }
@@ -669,8 +678,8 @@ TEST(CpuBf16, TinyDetectionIsPerPackAndPerCall) {
       scale_bf16(b.dy, -130);
       const Problem p = validate(a.spec);
       std::string why;
-      auto engine = pixel ? cpu::make_pixel_avx512_bf16(EngineRequest{p, 2, Isa::avx512_bf16}, why)
-                          : cpu::make_gemm(EngineRequest{p, 2, Isa::avx512_bf16}, Isa::avx512_bf16, {}, why);
+      auto engine = pixel ? cpu::make_pixel_avx512_bf16(named_request(p, 2, Isa::avx512_bf16), why)
+                          : cpu::make_gemm(named_request(p, 2, Isa::avx512_bf16), Isa::avx512_bf16, {}, why);
       ASSERT_TRUE(engine) << why;
       std::vector<unsigned char> workspace(engine->workspace_bytes());
       const auto run = [&](const Instance& inst, const char* what) {

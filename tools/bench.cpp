@@ -9,6 +9,7 @@
 
 #include "check.hpp"
 #include "commands.hpp"
+#include "common/cpu_model.hpp"
 #include "problem_args.hpp"
 #include "suite.hpp"
 
@@ -178,7 +179,9 @@ int bench_command(const std::vector<std::string>& argv) {
   for (const Job& job : jobs) problems.push_back(validate(job.spec));
 
   const bool progress = jobs.size() > 1 && ::isatty(STDERR_FILENO);
+  const CpuModel& cpu = host_cpu_model();
   if (!json) {
+    std::printf("cpu: %s\n", cpu.describe().c_str());
     std::printf("%-10s %-10s %-5s %-5s %3s %-11s %-24s %10s %10s %10s %10s %9s %12s\n", "name", "dtype",
                 "data", "filt", "thr", "isa", "engine", "median_ms", "min_ms", "max_ms", "packed_ms",
                 "GFLOP/s", "workspace");
@@ -212,11 +215,12 @@ int bench_command(const std::vector<std::string>& argv) {
           "\"threads\": %d, "
           "\"isa\": \"%s\", \"engine\": %s, \"median_ms\": %.6g, \"min_ms\": %.6g, \"max_ms\": %.6g, "
           "\"packed_median_ms\": %.6g, \"gflops\": %.6g, \"flops\": %.17g, \"workspace_bytes\": %zu, "
-          "\"repeat\": %d, \"problem\": %s}\n",
+          "\"repeat\": %d, \"problem\": %s, \"cpu\": %s, \"uarch\": \"%s\"}\n",
           json_string(jobs[j].name).c_str(), to_string(p.dy_dtype), to_string(p.data_format),
           to_string(p.filter_format), plan.threads(), to_string(plan.isa()),
           json_string(plan.engine_name()).c_str(), t.median_ms, t.min_ms, t.max_ms, packed.median_ms, gflops,
-          p.flops(), plan.workspace_bytes(), repeat, json_string(p.describe()).c_str());
+          p.flops(), plan.workspace_bytes(), repeat, json_string(p.describe()).c_str(),
+          json_string(cpu.name).c_str(), to_string(cpu.uarch));
     } else {
       std::printf("%-10s %-10s %-5s %-5s %3d %-11s %-24s %10.3f %10.3f %10.3f %10.3f %9.1f %12zu\n",
                   jobs[j].name.c_str(), to_string(p.dy_dtype), to_string(p.data_format),

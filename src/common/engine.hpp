@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_model.hpp"
 #include "conv3d_dx/conv3d_dx.hpp"
 
 namespace conv3d_dx {
@@ -33,6 +34,10 @@ struct EngineRequest {
   const Problem& problem;
   int threads;  // resolved, >= 1
   Isa isa;      // resolved: never Isa::best
+  CpuModel cpu = host_cpu_model();
+  // The caller named the ISA (Options::isa or CONV3D_DX_ISA): its own kernels run even where the cost
+  // table prefers others (bf16 through vdpbf16ps on a CPU where widening to fp32 is faster).
+  bool isa_named = false;
 };
 
 struct EngineFactory {

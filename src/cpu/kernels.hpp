@@ -71,12 +71,12 @@ struct KernelSet {
   TileFn f32[kMaxNv + 1][kMaxM + 1] = {};   // [NV][M]
   TileFn bf16[kMaxNv + 1][kMaxM + 1] = {};  // vdpbf16ps kernels; null where the ISA has none
   // The same operands (bf16 pairs of dy and filter) widened to fp32 and summed by FMAs: exact where
-  // vdpbf16ps flushes denormal inputs, products or sums (see bf16_exact_safe in support.hpp).
+  // vdpbf16ps flushes denormal inputs, products or sums (see tiny_bf16 in support.hpp).
   TileFn bf16_exact[kMaxNv + 1][kMaxM + 1] = {};
   PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};       // [CI][P], R = pix_rows(CI, P); null where not offered
   PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};  // the same over bf16 channel pairs (vdpbf16ps)
   PixFn pix_bf16_exact[kMaxPixCi + 1][kMaxPixP + 1] = {};  // bf16 pairs widened to fp32, FMAs
-  // Whether any of n bf16 values is nonzero with magnitude below 2^-56 (see bf16_exact_safe).
+  // Whether any of n bf16 values is nonzero with magnitude below 2^-56 (see tiny_bf16 in support.hpp).
   bool (*any_tiny_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
   // y[c * y_cs + r] = a[r * a_rs + c] for r < nr, c < nc: a transposing store. a is fp32 or bf16 (a_bf16),
   // y fp32 or bf16 (y_bf16: rounded as to_bf16 does). Null where the ISA has none.

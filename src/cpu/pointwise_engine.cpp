@@ -27,6 +27,7 @@ class PointwiseEngine final : public EngineImpl {
         k_(pairs ? (p.Cout_g + 1) / 2 : p.Cout_g),
         units_(ceil_div(p.Cin_g, kUnit)),
         pixels_(p.in[0] * p.in[1] * p.in[2]),
+        dy_reader_(p.dy_dtype, p.input_rounding),
         w_reader_(p.filter_dtype, p.input_rounding) {
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * units_ * k_ * kUnit) * 4);
     // Each image's pixels are cut into runs of whole tiles, enough of them to share out. A pixel's sum does
@@ -104,10 +105,15 @@ class PointwiseEngine final : public EngineImpl {
                               pairs + q * 2 * kWidth, m);
           tiny |= ks_.any_tiny_bf16(pairs + q * 2 * kWidth, 2 * m);
         }
-      } else {
+      } else if (p_.dy_dtype == DType::f32 && p_.input_rounding == InputRounding::none) {
         const auto* src = static_cast<const float*>(dy) + at;
         for (std::int64_t co = 0; co < k_; ++co)
           std::memcpy(panel + co * kWidth, src + co * ds[1], static_cast<std::size_t>(m) * sizeof(float));
+      } else {  // widened exactly (with the input rounding) to fp32
+        dy_reader_.visit(dy, [&](auto get) {
+          for (std::int64_t co = 0; co < k_; ++co)
+            for (std::int64_t i = 0; i < m; ++i) panel[co * kWidth + i] = get(at + co * ds[1] + i);
+        });
       }
       // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
       const PixFn fn = !pairs_                ? ks_.pix[kUnit][kVectors]
@@ -135,7 +141,7 @@ class PointwiseEngine final : public EngineImpl {
   std::int64_t run_tiles_ = 1, runs_ = 1;  // tiles per task, tasks per image
   AlignedPtr wpack_;
   bool tiny_filter_ = false;  // the packed bf16 filter holds a tiny value (tiny_bf16)
-  Reader w_reader_;
+  Reader dy_reader_, w_reader_;
 };
 
 // The planes of a channel-first tensor (C, D, H, W) are contiguous rows of D x H x W elements.
@@ -157,10 +163,8 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
     why_not = "feature-map planes are not contiguous";
   else if (p.Cout_g > kMaxPanelSteps * (pairs ? 2 : 1))
     why_not = "Cout/groups is " + std::to_string(p.Cout_g) + ": its per-thread dy panel would be too large";
-  else if (pairs ? p.dy_dtype != DType::bf16
-                 : p.dy_dtype != DType::f32 || p.input_rounding != InputRounding::none)
-    why_not = std::string("dy is ") + to_string(p.dy_dtype) +
-              (pairs ? ", not bf16" : ", not fp32 without rounding");
+  else if (pairs && p.dy_dtype != DType::bf16)
+    why_not = std::string("dy is ") + to_string(p.dy_dtype) + ", not bf16";
   if (!why_not.empty()) return nullptr;
   return std::make_unique<PointwiseEngine>(p, request.threads, avx512_kernels(), pairs);
 }

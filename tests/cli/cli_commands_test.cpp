@@ -162,6 +162,8 @@ TEST(Bench, JsonHasEveryFieldWithSensibleValues) {
   EXPECT_EQ(text("filter_format"), "DHWCN");
   EXPECT_FALSE(text("isa").empty());
   EXPECT_FALSE(text("engine").empty());
+  EXPECT_FALSE(text("cpu").empty());  // the processor's name, so figures can say where they were taken
+  EXPECT_FALSE(text("uarch").empty());
   EXPECT_EQ(number("threads"), 1);
   for (const char* k : {"median_ms", "min_ms", "max_ms", "packed_median_ms", "gflops"})
     EXPECT_GT(number(k), 0) << k;
@@ -176,6 +178,7 @@ TEST(Bench, TableAndErrors) {
   const ProcessResult table = run_cli(kTinyBench);
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("median_ms"), std::string::npos);
+  EXPECT_EQ(table.out.rfind("cpu: ", 0), 0u) << table.out;
   EXPECT_NE(table.out.find("custom"), std::string::npos) << table.out;
 
   struct Bad {
