@@ -103,6 +103,8 @@ Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_un
     for (const auto& d : s.declined) std::cerr << "conv3d-dx: declined " << d << '\n';
     std::cerr << "conv3d-dx: engine " << s.engine->name() << " (isa " << to_string(s.isa) << ", " << s.threads
               << " threads) for " << problem.describe() << '\n';
+    if (const std::string config = s.engine->config(); !config.empty())
+      std::cerr << "conv3d-dx: config " << config << '\n';
   }
 }
 

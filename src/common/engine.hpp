@@ -16,6 +16,8 @@ class EngineImpl {
  public:
   virtual ~EngineImpl() = default;
   virtual std::string name() const = 0;
+  // The engine's choices for this problem (blocking, layouts), for --verbose; empty when it has none.
+  virtual std::string config() const { return {}; }
   // Bytes of scratch execute() needs; the caller passes at least this much (or Plan allocates it).
   virtual std::size_t workspace_bytes() const { return 0; }
   // Read the filter (laid out as problem.filter_strides say) into the engine's own form.

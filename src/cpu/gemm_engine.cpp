@@ -16,118 +16,80 @@
 namespace conv3d_dx::cpu {
 namespace {
 
-// What one core's L2 (1 MiB on Zen 5) should hold of a channel block's filter, and of a y plane being staged.
-constexpr std::int64_t kWeightBudget = 384 << 10;
-constexpr std::int64_t kPlaneBudget = 256 << 10;
-
 class GemmEngine final : public EngineImpl {
  public:
-  GemmEngine(const Problem& p, int threads, Isa isa, const KernelSet& ks, bool bf16, const GemmTuning& tuning)
+  GemmEngine(const Problem& p, int threads, const KernelSet& ks, const GemmConfig& config)
       : p_(p),
         threads_(threads),
-        isa_(isa),
         ks_(ks),
-        bf16_(bf16),
+        config_(config),
+        bf16_(config.bf16),
         ax_{Axis(p.in[0], p.out[0], p.kernel[0], p.stride[0], p.dilation[0], p.pad_front[0]),
             Axis(p.in[1], p.out[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]),
             Axis(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2])},
-        lanes_(ks.lanes),
-        elem_(bf16 ? 2 : 4),
-        kpad_(bf16 ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g),
+        lanes_(config.lanes),
+        elem_(bf16_ ? 2 : 4),
+        kpad_(bf16_ ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g),
         dy_reader_(p.dy_dtype, p.input_rounding),
         w_reader_(p.filter_dtype, p.input_rounding) {
     taps_ = p.kernel[0] * p.kernel[1] * p.kernel[2];
-    // Channel blocks of nv vectors; the last one may be narrower.
-    const std::int64_t nvec = ceil_div(p.Cin_g, lanes_);
-    int nv_main = tuning.nv > 0 ? tuning.nv : (lanes_ == 16 ? 4 : 2);
-    while (nv_main > 1 && ks.max_m[nv_main] == 0) --nv_main;
-    nv_main = static_cast<int>(std::min<std::int64_t>(nv_main, nvec));
+    // Channel blocks of config.nv vectors; the last one may be narrower.
     std::int64_t w_off = 0;
     for (std::int64_t ci0 = 0; ci0 < p.Cin_g;) {
-      const int nv = static_cast<int>(std::min<std::int64_t>(nv_main, ceil_div(p.Cin_g - ci0, lanes_)));
+      const int nv = static_cast<int>(std::min<std::int64_t>(config.nv, ceil_div(p.Cin_g - ci0, lanes_)));
       blocks_.push_back({ci0, nv, w_off});
       w_off += taps_ * kpad_ * nv * lanes_;
       ci0 += nv * lanes_;
     }
     group_w_ = w_off;
-    for (int nv = 1; nv <= kMaxNv; ++nv)
-      max_m_[nv] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.max_m[nv]) : ks.max_m[nv];
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * group_w_ * elem_));
     for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
       for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
         for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw)
           tap_src_.push_back(kd * p.filter_strides[2] + kh * p.filter_strides[3] + kw * p.filter_strides[4]);
 
-    // dy is read in place when it is already in the compute type: fp32 with contiguous channels, or with
-    // strided ones (NCDHW) when each tap has enough channels to pay for the strided reads; bf16 with
-    // contiguous channel pairs. Otherwise it is converted to channel-last (which also lets W taps fuse).
     const auto& s = p.dy_strides;
-    direct_dy_ = bf16 ? p.dy_dtype == DType::bf16 && p.Cout_g % 2 == 0 && s[1] == 1 &&
-                            p.input_rounding != InputRounding::fp16
-                      : p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none &&
-                            (s[1] == 1 || p.Cout_g >= 16);
-    if (direct_dy_) {
-      dy_n_ = s[0], dy_g_ = p.Cout_g * s[1], dy_c_ = bf16 ? 2 : s[1], dy_d_ = s[2], dy_h_ = s[3],
+    if (config.direct_dy) {
+      dy_n_ = s[0], dy_g_ = p.Cout_g * s[1], dy_c_ = bf16_ ? 2 : s[1], dy_d_ = s[2], dy_h_ = s[3],
       dy_w_ = s[4];
     } else {
-      dy_c_ = bf16 ? 2 : 1;
+      dy_c_ = bf16_ ? 2 : 1;
       dy_w_ = kpad_;
       dy_h_ = p.out[2] * dy_w_;
       dy_d_ = p.out[1] * dy_h_;
       dy_g_ = p.out[0] * dy_d_;
       dy_n_ = p.G * dy_g_;
     }
-    // Packed W order: per W phase (in phase order) its taps by decreasing k, so that the taps of a phase read
-    // consecutive dy pixels in packed order. They fuse into one reduction when consecutive taps of every
-    // phase are one dy pixel apart (dilation divides stride) and a pixel's channels are followed by the next
-    // pixel's.
-    fuse_w_ = tuning.fuse_w && dy_w_ == kpad_ && dy_c_ == (bf16 ? 2 : 1);
+    // Packed W order: per W phase (in phase order) its taps by decreasing k, so that the taps of a phase
+    // read consecutive dy pixels in packed order (and may fuse, config.fuse_w).
     tap_pos_w_.assign(static_cast<std::size_t>(p.kernel[2]), 0);
     std::int64_t pos = 0;
-    for (const AxisPhase& ph : ax_[2].phases) {
-      for (auto it = ph.taps.rbegin(); it != ph.taps.rend(); ++it) {
+    for (const AxisPhase& ph : ax_[2].phases)
+      for (auto it = ph.taps.rbegin(); it != ph.taps.rend(); ++it)
         tap_pos_w_[static_cast<std::size_t>(it->k)] = pos++;
-        if (it != ph.taps.rbegin() && it->off != (it - 1)->off + 1) fuse_w_ = false;
-      }
-    }
-    // A channel block's filter that does not fit in L2 is streamed from L3 for every tile. Then a task takes
-    // a whole y plane (accumulated in a staging buffer) and walks the taps in groups that fit,
-    // so each group is reused across the plane. The sum order (taps by kd, kh, kw; channels) is the same.
-    const std::int64_t cbw_max = static_cast<std::int64_t>(nv_main) * lanes_;
-    const std::int64_t dh_bytes = p.kernel[2] * kpad_ * cbw_max * elem_;  // taps of one (kd, kh)
     const std::int64_t dh_taps = p.kernel[0] * p.kernel[1];
-    plane_mode_ = tuning.plane >= 0
-                      ? tuning.plane == 1
-                      : dh_bytes * dh_taps > kWeightBudget && p.in[1] * p.in[2] * cbw_max * 4 <= kPlaneBudget;
-    const std::int64_t dh_group =
-        !plane_mode_
-            ? dh_taps
-            : (tuning.dh_group > 0 ? tuning.dh_group : std::max<std::int64_t>(1, kWeightBudget / dh_bytes));
-    for (std::int64_t dh = 0; dh < dh_taps; dh += dh_group)
-      dh_groups_.push_back({dh, std::min(dh + dh_group, dh_taps)});
+    for (std::int64_t dh = 0; dh < dh_taps; dh += config.dh_group)
+      dh_groups_.push_back({dh, std::min(dh + config.dh_group, dh_taps)});
     for (std::int64_t id = 0; id < p.in[0]; ++id) {
-      if (plane_mode_) {
+      if (config.plane_mode) {
         units_.push_back({id, 0, p.in[1]});
       } else {
         for (std::int64_t ih = 0; ih < p.in[1]; ++ih) units_.push_back({id, ih, ih + 1});
       }
     }
-    // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
-    // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
-    staged_ = plane_mode_ || (p.y_strides[1] != 1 && p.in[2] * cbw_max <= (std::int64_t{1} << 20));
     tiny_blocks_.assign(static_cast<std::size_t>(p.G) * blocks_.size(), 0);
     tasks_per_block_ = p.N * static_cast<std::int64_t>(units_.size());
-    tile_floats_ = plane_mode_ ? p.in[1] * p.in[2] * cbw_max : staged_ ? p.in[2] * cbw_max : kMaxM * cbw_max;
+    const std::int64_t cbw_max = static_cast<std::int64_t>(config.nv) * lanes_;
+    tile_floats_ = config.plane_mode ? p.in[1] * p.in[2] * cbw_max
+                   : config.staged   ? p.in[2] * cbw_max
+                                     : kMaxM * cbw_max;
   }
 
-  std::string name() const override {
-    return std::string("gemm_") + (isa_ == Isa::avx2     ? "avx2"
-                                   : isa_ == Isa::avx512 ? "avx512"
-                                                         : "avx512_bf16");
-  }
+  std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
+  std::string config() const override { return config_.describe(); }
 
   std::size_t workspace_bytes() const override {
-    if (direct_dy_) return 0;
+    if (config_.direct_dy) return 0;
     return static_cast<std::size_t>(p_.N * dy_n_ * elem_) + 64;
   }
 
@@ -179,7 +141,7 @@ class GemmEngine final : public EngineImpl {
   // dy in the compute type (in place, or converted into the workspace) and whether it holds a bf16 value
   // too small for vdpbf16ps (tiny_bf16).
   std::pair<const void*, bool> prepare_dy(const void* dy, void* workspace) const {
-    if (direct_dy_) return {dy, bf16_ && scan_dy_in_place(dy)};
+    if (config_.direct_dy) return {dy, bf16_ && scan_dy_in_place(dy)};
     void* ws = align64(workspace);
     if (bf16_) return {ws, convert_dy(dy, static_cast<std::uint16_t*>(ws))};
     convert_dy(dy, static_cast<float*>(ws));
@@ -350,9 +312,9 @@ class GemmEngine final : public EngineImpl {
                        steps = bf16_ ? kpad_ / 2 : kpad_;
     const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_) * elem_;
     const TileFn* fns = fns_nv[b.nv];
-    const int max_m = max_m_[b.nv];
+    const int max_m = config_.max_m[b.nv];
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
-    if (plane_mode_) std::fill(tile, tile + (u.ih1 - u.ih0) * W.in * cbw, 0.0f);
+    if (config_.plane_mode) std::fill(tile, tile + (u.ih1 - u.ih0) * W.in * cbw, 0.0f);
 
     for (const auto& [dh_begin, dh_end] : dh_groups_) {
       for (std::int64_t ih = u.ih0; ih < u.ih1; ++ih) {
@@ -382,10 +344,10 @@ class GemmEngine final : public EngineImpl {
               ntaps = build_taps(PD, PH, PW, jd, jh, dh_begin, dh_end, j0, m, wblock, tap_bytes, steps, taps);
             }
             const std::int64_t iw0 = PW.first + W.stride * j0;
-            if (plane_mode_) {
+            if (config_.plane_mode) {
               if (ntaps > 0)
                 fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
-            } else if (staged_) {
+            } else if (config_.staged) {
               fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
             } else {
               fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
@@ -395,7 +357,7 @@ class GemmEngine final : public EngineImpl {
         }
       }
     }
-    if (staged_)
+    if (config_.staged)
       for (std::int64_t ih = u.ih0; ih < u.ih1; ++ih)
         store_tile(tile + (ih - u.ih0) * W.in * cbw, W.in, cbw, valid, n, g * p_.Cin_g + b.ci0, u.id, ih, 0,
                    1, y);
@@ -420,7 +382,7 @@ class GemmEngine final : public EngineImpl {
         // for all of them and their dy values are contiguous, they form one reduction: same order.
         const auto& wt = PW.taps;
         const std::int64_t nw = static_cast<std::int64_t>(wt.size());
-        if (nw > 1 && fuse_w_ && j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out) {
+        if (nw > 1 && config_.fuse_w && j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out) {
           taps[ntaps++] = {off_dh + (j0 + wt.back().off) * dy_w_,
                            wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes,
                            nw * steps, 0, static_cast<std::int32_t>(m)};
@@ -462,9 +424,9 @@ class GemmEngine final : public EngineImpl {
 
   Problem p_;
   int threads_;
-  Isa isa_;
   const KernelSet& ks_;
-  bool bf16_;
+  GemmConfig config_;
+  bool bf16_;  // config_.bf16: compute type bf16 pairs, else fp32
   Axis ax_[3];
   int lanes_;
   std::int64_t elem_;  // bytes per compute-type element
@@ -472,7 +434,6 @@ class GemmEngine final : public EngineImpl {
   std::int64_t taps_ = 0;
   std::vector<std::int64_t> tap_src_;    // filter element offset of each tap (kd, kh, kw order)
   std::vector<std::int64_t> tap_pos_w_;  // packed position of each kw within its (kd, kh)
-  bool fuse_w_ = false;                  // W taps of a phase may form one reduction
 
   // Packed position of tap t (kd, kh, kw order).
   std::int64_t tap_pos(std::int64_t t) const {
@@ -480,13 +441,10 @@ class GemmEngine final : public EngineImpl {
   }
   std::vector<Block> blocks_;
   std::int64_t group_w_ = 0;  // packed elements per group
-  int max_m_[kMaxNv + 1] = {};
   AlignedPtr wpack_;
-  bool direct_dy_ = false;
   std::vector<unsigned char> tiny_blocks_;  // per (group, channel block): it holds a tiny bf16 value
   std::int64_t tasks_per_block_ = 0;        // N x units
-  bool staged_ = false;           // tiles go to a staging buffer (a row or a plane), stored afterwards
-  std::int64_t tile_floats_ = 0;  // per-thread output staging: a tile, a y row or a y plane
+  std::int64_t tile_floats_ = 0;            // per-thread output staging: a tile, a y row or a y plane
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,
                dy_w_ = 0;  // compute-type element strides
   struct Unit {
@@ -495,7 +453,6 @@ class GemmEngine final : public EngineImpl {
   std::vector<Unit> units_;
   std::vector<std::pair<std::int64_t, std::int64_t>>
       dh_groups_;  // [begin, end) of kd * kH + kh per tap group
-  bool plane_mode_ = false;
   Reader dy_reader_, w_reader_;
 };
 
@@ -503,12 +460,11 @@ class GemmEngine final : public EngineImpl {
 
 std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
                                       std::string& why_not) {
-  const Problem& p = request.problem;
-  const bool bf16 = isa == Isa::avx512_bf16;
-  why_not = fast_engine_refusal(isa, request, bf16);
+  why_not = fast_engine_refusal(isa, request, isa == Isa::avx512_bf16);
   if (!why_not.empty()) return nullptr;
   const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
-  return std::make_unique<GemmEngine>(p, request.threads, isa, ks, bf16, tuning);
+  return std::make_unique<GemmEngine>(request.problem, request.threads, ks,
+                                      gemm_config(request.problem, request.cpu, isa, tuning));
 }
 
 std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest& r, std::string& why_not) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/engine.hpp"
+#include "cpu/kernels.hpp"
 
 namespace conv3d_dx::cpu {
 
@@ -18,6 +19,30 @@ struct GemmTuning {
   int dh_group = 0;    // (kd, kh) pairs per tap group in plane mode
   bool fuse_w = true;  // fuse the W taps of a phase into one reduction where dy allows
 };
+
+// Every choice the engine makes for a problem on a CPU, decided in one step from the problem, the CPU's
+// model (cache sizes) and the kernel set, before anything is allocated; --verbose prints it.
+struct GemmConfig {
+  Isa isa = Isa::avx512;       // kernel set: avx512_bf16 (vdpbf16ps over channel pairs), avx512 or avx2 (FMA)
+  bool bf16 = false;           // bf16 channel pairs through vdpbf16ps; otherwise inputs widened to fp32
+  int lanes = 16;              // fp32 lanes per vector
+  int nv = 1;                  // vectors of input channels per channel block (the last block may be narrower)
+  int max_m[kMaxNv + 1] = {};  // widest tile, in pixels, per block width
+  // dy read in place (already in the compute type with a usable layout) instead of converted channel-last
+  // into the workspace.
+  bool direct_dy = false;
+  bool fuse_w = false;  // the W taps of a phase form one reduction (dy pixels and their taps line up)
+  // A task is a whole y plane with the taps walked in groups of dh_group (kd, kh) pairs, so a channel
+  // block's filter too large for L2 is reused across the plane; otherwise a task is one y row.
+  bool plane_mode = false;
+  std::int64_t dh_group = 1;
+  bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
+  std::int64_t weight_budget = 0, plane_budget = 0;  // bytes of L2 for a block's filter, a staged plane
+
+  std::string describe() const;
+};
+
+GemmConfig gemm_config(const Problem&, const CpuModel&, Isa isa, const GemmTuning& = {});
 
 std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest&, std::string& why_not);
 std::unique_ptr<EngineImpl> make_gemm_avx512(const EngineRequest&, std::string& why_not);

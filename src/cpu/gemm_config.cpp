@@ -1,0 +1,77 @@
+// The GEMM engine's configuration step: every blocking and layout decision for a problem on a CPU.
+#include <algorithm>
+
+#include "cpu/gemm_engine.hpp"
+#include "cpu/geometry.hpp"
+#include "cpu/support.hpp"
+
+namespace conv3d_dx::cpu {
+
+std::string GemmConfig::describe() const {
+  std::string s = std::string(to_string(isa)) + (bf16 ? " vdpbf16ps pairs" : " fp32 FMA") +
+                  ", channel blocks of " + std::to_string(nv * lanes) + ", tiles up to " +
+                  std::to_string(max_m[nv]) + " pixels, dy " + (direct_dy ? "in place" : "converted") +
+                  (fuse_w ? ", W taps fused" : "");
+  if (plane_mode) s += ", plane tasks with tap groups of " + std::to_string(dh_group) + " (kd, kh)";
+  if (staged && !plane_mode) s += ", rows staged";
+  return s + "; L2 budgets " + std::to_string(weight_budget >> 10) + " KiB filter, " +
+         std::to_string(plane_budget >> 10) + " KiB plane";
+}
+
+GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, const GemmTuning& tuning) {
+  const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
+  GemmConfig c;
+  c.isa = isa;
+  c.bf16 = isa == Isa::avx512_bf16;
+  c.lanes = ks.lanes;
+  const std::int64_t kpad = c.bf16 ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g;  // reduction channels per tap
+
+  // Channel blocks: as wide as the kernels go (4 vectors of 16 on AVX-512), no wider than the channels.
+  int nv = tuning.nv > 0 ? tuning.nv : (c.lanes == 16 ? 4 : 2);
+  while (nv > 1 && ks.max_m[nv] == 0) --nv;
+  c.nv = static_cast<int>(std::min<std::int64_t>(nv, ceil_div(p.Cin_g, c.lanes)));
+  for (int v = 1; v <= kMaxNv; ++v)
+    c.max_m[v] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.max_m[v]) : ks.max_m[v];
+
+  // dy is read in place when it is already in the compute type: fp32 with contiguous channels, or with
+  // strided ones (NCDHW) when each tap has enough channels to pay for the strided reads; bf16 with
+  // contiguous channel pairs. Otherwise it is converted to channel-last (which also lets W taps fuse).
+  const auto& s = p.dy_strides;
+  c.direct_dy = c.bf16 ? p.dy_dtype == DType::bf16 && p.Cout_g % 2 == 0 && s[1] == 1 &&
+                             p.input_rounding != InputRounding::fp16
+                       : p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none &&
+                             (s[1] == 1 || p.Cout_g >= 16);
+
+  // The W taps of a phase, in packed order (decreasing k), read consecutive dy pixels; they fuse into one
+  // reduction when consecutive taps are one dy pixel apart (dilation divides stride) and a pixel's
+  // reduction channels are followed by the next pixel's.
+  const bool pixels_follow = !c.direct_dy || (s[4] == kpad && (c.bf16 || s[1] == 1));
+  c.fuse_w = tuning.fuse_w && pixels_follow;
+  const Axis w_axis(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2]);
+  for (const AxisPhase& ph : w_axis.phases)
+    for (std::size_t t = 1; t < ph.taps.size(); ++t)
+      if (ph.taps[t - 1].off != ph.taps[t].off + 1) c.fuse_w = false;
+
+  // A channel block's filter that does not fit in its share of L2 would stream from L3 for every tile.
+  // Then a task takes a whole y plane (accumulated in a staging buffer) and walks the taps in groups that
+  // fit, so each group is reused across the plane. The sum order (taps by kd, kh, kw; channels) is the
+  // same either way. Budgets: 3/8 of a core's L2 for the filter, 1/4 for the plane.
+  c.weight_budget = cpu.l2_bytes * 3 / 8;
+  c.plane_budget = cpu.l2_bytes / 4;
+  const std::int64_t block_width = static_cast<std::int64_t>(c.nv) * c.lanes;
+  const std::int64_t elem = c.bf16 ? 2 : 4;
+  const std::int64_t dh_bytes = p.kernel[2] * kpad * block_width * elem;  // the taps of one (kd, kh)
+  const std::int64_t dh_taps = p.kernel[0] * p.kernel[1];
+  c.plane_mode = tuning.plane >= 0 ? tuning.plane == 1
+                                   : dh_bytes * dh_taps > c.weight_budget &&
+                                         p.in[1] * p.in[2] * block_width * 4 <= c.plane_budget;
+  c.dh_group = !c.plane_mode ? dh_taps
+                             : (tuning.dh_group > 0 ? tuning.dh_group
+                                                    : std::max<std::int64_t>(1, c.weight_budget / dh_bytes));
+  // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
+  // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
+  c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.in[2] * block_width <= (std::int64_t{1} << 20));
+  return c;
+}
+
+}  // namespace conv3d_dx::cpu

@@ -1,0 +1,110 @@
+// The GEMM engine's configuration step on its own: the same problem on CPUs with different caches, the dy
+// layout rules, W-tap fusion and the tuning overrides.
+#include <random>
+
+#include "common/cpu_model.hpp"
+#include "cpu/gemm_engine.hpp"
+#include "support/testing.hpp"
+
+namespace conv3d_dx::testing {
+namespace {
+
+CpuModel with_l2(std::int64_t l2_bytes) {
+  CpuModel cpu = host_cpu_model();
+  cpu.l2_bytes = l2_bytes;
+  return cpu;
+}
+
+Problem problem_of(const Case& c) {
+  std::mt19937_64 rng(1);
+  return validate(instantiate(c, rng, Fill::small_integers).spec);
+}
+
+class GemmConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu_supports(Isa::avx512)) GTEST_SKIP() << "CPU lacks avx512 (its kernel set sizes the tiles)";
+  }
+};
+
+TEST_F(GemmConfigTest, LargeFiltersGetPlaneTasksSizedByTheL2) {
+  Case c;  // suite shape d, one image: a 3.5 MB filter, 22 x 40 planes
+  c.Cin = c.Cout = 256;
+  c.in = {3, 22, 40};
+  const Problem p = problem_of(c);
+  const auto zen = cpu::gemm_config(p, with_l2(1 << 20), Isa::avx512);
+  const auto intel = cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512);
+  EXPECT_EQ(zen.nv * zen.lanes, 64);
+  // One (kd, kh) of a 64-channel block: 3 kw x 256 co x 64 ci x 4 bytes = 192 KiB; 9 of them are 1.7 MiB.
+  EXPECT_TRUE(zen.plane_mode) << zen.describe();
+  EXPECT_EQ(zen.dh_group, (384 << 10) / (192 << 10));
+  EXPECT_TRUE(intel.plane_mode) << intel.describe();
+  EXPECT_EQ(intel.dh_group, (768 << 10) / (192 << 10));
+  EXPECT_TRUE(intel.staged);
+
+  Case small = c;  // a filter that fits: row tasks
+  small.Cin = small.Cout = 16;
+  const auto rows = cpu::gemm_config(problem_of(small), with_l2(1 << 20), Isa::avx512);
+  EXPECT_FALSE(rows.plane_mode) << rows.describe();
+  EXPECT_EQ(rows.dh_group, 9);
+  EXPECT_EQ(rows.nv, 1);  // no wider than the channels
+}
+
+TEST_F(GemmConfigTest, DyInPlaceOnlyInTheComputeType) {
+  Case c;
+  c.Cin = c.Cout = 32;
+  const CpuModel cpu = host_cpu_model();
+  EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512).direct_dy);  // fp32 NDHWC
+  Case few = c;
+  few.data_format = Layout::NCDHW;
+  few.Cout = 8;  // strided channels, too few per tap to read in place
+  EXPECT_FALSE(cpu::gemm_config(problem_of(few), cpu, Isa::avx512).direct_dy);
+  Case hf32 = c;
+  hf32.hf32 = true;  // rounding on the way in
+  EXPECT_FALSE(cpu::gemm_config(problem_of(hf32), cpu, Isa::avx512).direct_dy);
+  const Case bf16 = with_dtype(c, DType::bf16);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(bf16), cpu, Isa::avx512).direct_dy);  // widened to fp32
+  if (cpu_supports(Isa::avx512_bf16)) {
+    const auto pairs = cpu::gemm_config(problem_of(bf16), cpu, Isa::avx512_bf16);
+    EXPECT_TRUE(pairs.bf16);
+    EXPECT_TRUE(pairs.direct_dy) << pairs.describe();
+  }
+}
+
+TEST_F(GemmConfigTest, WTapsFuseOnlyWhenTheirDyPixelsAreConsecutive) {
+  Case c;
+  c.Cin = c.Cout = 16;
+  c.kernel = {1, 1, 3};
+  const CpuModel cpu = host_cpu_model();
+  EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512).fuse_w);
+  Case dilated = c;
+  dilated.dilation = {1, 1, 2};  // stride 1: taps two dy pixels apart
+  EXPECT_FALSE(cpu::gemm_config(problem_of(dilated), cpu, Isa::avx512).fuse_w);
+  Case strided = dilated;
+  strided.stride = {1, 1, 2};  // dilation divides stride: each phase's taps are adjacent again
+  EXPECT_TRUE(cpu::gemm_config(problem_of(strided), cpu, Isa::avx512).fuse_w);
+  cpu::GemmTuning off;
+  off.fuse_w = false;
+  EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, off).fuse_w);
+}
+
+TEST_F(GemmConfigTest, TuningOverridesAndDescription) {
+  Case c;
+  c.Cin = c.Cout = 64;
+  cpu::GemmTuning t;
+  t.nv = 2;
+  t.max_m = 3;
+  t.plane = 1;
+  t.dh_group = 2;
+  const auto config = cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::avx512, t);
+  EXPECT_EQ(config.nv, 2);
+  EXPECT_EQ(config.max_m[2], 3);
+  EXPECT_TRUE(config.plane_mode);
+  EXPECT_EQ(config.dh_group, 2);
+  const std::string d = config.describe();
+  for (const char* part : {"channel blocks of 32", "tiles up to 3 pixels", "tap groups of 2", "L2 budgets"})
+    EXPECT_NE(d.find(part), std::string::npos) << d;
+}
+
+}  // namespace
+}  // namespace conv3d_dx::testing
