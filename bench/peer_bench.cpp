@@ -395,7 +395,7 @@ OnednnResult run_onednn(const Case& p, const Inputs& in, dnnl::engine& eng, dnnl
         dnnl::convolution_backward_data::desc(alg, y, w, dy, strides, dilates, pad_l, pad_r), eng, hint);
 #endif
   };
-  // The user's tensors, in memory oneDNN allocates (USM under its SYCL runtime), filled with our data.
+  // The user's tensors, in memory oneDNN allocates, filled with our data.
   auto user_memory = [&](const memory::desc& md, const void* data) {
     memory m(md, eng);
     if (data != nullptr) {
@@ -638,10 +638,6 @@ void print_table(std::FILE* out, const std::vector<Row>& rows, DType dtype, Layo
 }  // namespace
 
 int main(int argc, char** argv) {
-#ifdef CONV3D_DX_BENCH_OPENCL_CPU
-  // oneDNN's SYCL build reaches the CPU through this OpenCL runtime; its ICD file points elsewhere.
-  setenv("OCL_ICD_FILENAMES", CONV3D_DX_BENCH_OPENCL_CPU, 0);
-#endif
   Config config;
   try {
     config = parse_args(argc, argv);
