@@ -1,0 +1,177 @@
+"""Numpy arrays, torch tensors and DLPack producers as the arrays conv3d_dx._core reads and writes.
+
+Each argument becomes an Operand: the same memory (never a copy) with a plain element type the core can
+import, and the conv3d-dx dtype it holds. torch is looked up in sys.modules, never imported here.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import _core
+
+# numpy dtypes by name (bfloat16 and float8_e4m3fn come from ml_dtypes, hifloat8 from en_dtypes).
+_NUMPY_DTYPES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "fp8_e4m3fn",
+    "hifloat8": "hif8",
+}
+_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "hif8": 1, "fp8_e4m3fn": 1}
+# Integer arrays hold raw codes of these dtypes, named by the `dtype` argument.
+_RAW_DTYPES = {1: ("hif8", "fp8_e4m3fn"), 2: ("fp16", "bf16")}
+
+
+@dataclass
+class Operand:
+    array: Any  # numpy array or torch tensor on the CPU, over the caller's memory
+    dtype: str  # the conv3d-dx dtype it holds
+    kind: str  # "numpy" or "torch": what a result made for it is
+    element_type: Any  # the caller's numpy dtype or torch dtype (integer for raw codes)
+    memory: Any  # the caller's object after DLPack import: a result is allocated like it
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def is_torch_tensor(value: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def parse_dtype(parameter: str, name: Optional[str]) -> Optional[str]:
+    """The canonical conv3d-dx dtype name ("fp32", "fp16", "bf16", "hif8", "fp8_e4m3fn"), or None."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise TypeError(f"{parameter} must be a dtype name such as 'bf16', not {type(name).__name__}")
+    return _core.parse_dtype(parameter, name)
+
+
+def _typed_or_raw(name: str, typed: Optional[str], itemsize: int, is_integer: bool, shown: str,
+                  dtype: Optional[str]) -> str:
+    if typed is not None:
+        if dtype is not None and dtype != typed:
+            raise TypeError(f"{name} holds {typed} ({shown}) but dtype is {dtype}")
+        return typed
+    if is_integer and itemsize in _RAW_DTYPES:
+        choices = _RAW_DTYPES[itemsize]
+        if dtype in choices:
+            return dtype
+        if dtype is None:
+            raise TypeError(f"{name} holds raw {shown} codes: pass dtype={choices[0]!r} or {choices[1]!r}")
+        raise TypeError(f"{name} holds {shown} codes, which cannot be {dtype} (one of {', '.join(choices)})")
+    raise TypeError(f"{name} has element type {shown}; conv3d-dx takes float32, float16, bfloat16, "
+                    "float8_e4m3fn, hifloat8, or raw uint16/uint8 codes with dtype=")
+
+
+def _numpy_operand(name: str, a: np.ndarray, dtype: Optional[str]) -> Operand:
+    dt = a.dtype
+    typed = _NUMPY_DTYPES.get(dt.name) if dt.isnative else None
+    if typed is not None and dt.itemsize != _ITEMSIZE[typed]:
+        typed = None
+    cdt = _typed_or_raw(name, typed, dt.itemsize, dt.kind in "ui", str(dt), dtype)
+    # Extension dtypes reach the core as their integer codes (same memory, same strides).
+    plain = a if dt.kind in "fui" else a.view(np.uint16 if dt.itemsize == 2 else np.uint8)
+    return Operand(plain, cdt, "numpy", dt, a)
+
+
+def _torch_operand(name: str, t: Any, dtype: Optional[str]) -> Operand:
+    torch = _torch()
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} is on {t.device}; conv3d-dx runs on the CPU")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} has layout {t.layout}; conv3d-dx takes strided tensors")
+    t = t.detach()
+    typed = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+             torch.float8_e4m3fn: "fp8_e4m3fn"}.get(t.dtype)
+    is_integer = not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
+    cdt = _typed_or_raw(name, typed, t.element_size(), is_integer, str(t.dtype), dtype)
+    plain = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+    return Operand(plain, cdt, "torch", t.dtype, t)
+
+
+def operand(name: str, value: Any, dtype: Optional[str]) -> Operand:
+    """`value` as an Operand; `dtype` names what raw integer codes hold."""
+    if isinstance(value, np.ndarray):
+        return _numpy_operand(name, value, dtype)
+    if is_torch_tensor(value):
+        return _torch_operand(name, value, dtype)
+    if hasattr(value, "__dlpack__"):
+        try:
+            array = np.from_dlpack(value)  # zero-copy view of the producer's memory
+        except (BufferError, TypeError, RuntimeError) as e:
+            raise TypeError(f"{name} ({type(value).__name__}) could not be read through DLPack: {e}") from e
+        return _numpy_operand(name, array, dtype)
+    raise TypeError(f"{name} must be a numpy array, a torch tensor or a DLPack producer, "
+                    f"not {type(value).__name__}")
+
+
+def output_operand(name: str, value: Any, dtype: Optional[str]) -> Operand:
+    """`out` as an Operand; it must be writable."""
+    out = operand(name, value, dtype)
+    if out.kind == "numpy" and not out.array.flags.writeable:
+        raise ValueError(f"{name} is read-only; the result needs a writable array")
+    return out
+
+
+def allocate(like: Operand, y_dtype: str, shape: Sequence[int], data_format: str,
+             keep_memory_format: bool) -> Any:
+    """A new result of `like`'s kind: its element type when y has its dtype, else float32.
+
+    With keep_memory_format, a torch result is channels_last_3d when `like` is (PyTorch's own rule for
+    convolution gradients), else contiguous in data_format order.
+    """
+    same = y_dtype == like.dtype
+    if like.kind == "numpy":
+        return np.empty(shape, dtype=like.element_type if same else np.float32)
+    torch = _torch()
+    element_type = like.element_type if same else torch.float32
+    t = like.memory
+    if (keep_memory_format and data_format == "NCDHW" and len(shape) == 5 and not t.is_contiguous()
+            and t.is_contiguous(memory_format=torch.channels_last_3d)):
+        return torch.empty(shape, dtype=element_type, memory_format=torch.channels_last_3d)
+    return torch.empty(shape, dtype=element_type)
+
+
+def as_core_array(value: Any) -> Any:
+    """The object the core imports for a result made by allocate() (float8 tensors as their codes)."""
+    torch = _torch()
+    if torch is not None and isinstance(value, torch.Tensor) and value.dtype == torch.float8_e4m3fn:
+        return value.view(torch.uint8)
+    if isinstance(value, np.ndarray) and value.dtype.kind not in "fui":
+        return value.view(np.uint16 if value.dtype.itemsize == 2 else np.uint8)
+    return value
+
+
+def ints(name: str, value: Any, count: Optional[int] = None) -> list:
+    """A sequence of integers as a list, with `count` values when given."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of integers, not {type(value).__name__}")
+    try:
+        result = [operator.index(v) for v in value]
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of integers, got {value!r}") from None
+    if count is not None and len(result) != count:
+        raise ValueError(f"{name} has {len(result)} values {result} but must have {count}")
+    return result
+
+
+def integer(name: str, value: Any) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
+
+
+def text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string such as 'NDHWC', not {type(value).__name__}")
+    return value

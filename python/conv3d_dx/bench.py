@@ -1,0 +1,132 @@
+"""python -m conv3d_dx.bench: conv3d-dx against PyTorch's CPU dgrad on the benchmark suite, in one process.
+
+PyTorch's route is torch.ops.aten.convolution_backward with output_mask [True, False, False], what autograd
+runs for nn.Conv3d's input gradient. conv3d-dx's is conv3d_backprop_input_v2 on the same tensors, packing
+the filter on every call as a training step does. Both allocate their result on every call and use the
+same number of threads. Times are medians of the timed runs, after warm-up runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+import conv3d_dx
+
+from . import _core
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _forward_out(x: int, k: int, s: int, p: int, d: int) -> int:
+    return (x + 2 * p - ((k - 1) * d + 1)) // s + 1
+
+
+def _time(fn: Callable[[], torch.Tensor], warmup: int, repeat: int) -> List[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def run_shape(shape: Dict, dtype: torch.dtype, channels_last: bool, threads: int, warmup: int,
+              repeat: int) -> Dict:
+    n, cin, cout, groups = shape["N"], shape["Cin"], shape["Cout"], shape["groups"]
+    k, s, p, d = shape["kernel"], shape["stride"], shape["pad"], shape["dilation"]
+    x_size = [n, cin, *shape["x"]]
+    dy_size = [n, cout] + [_forward_out(shape["x"][a], k[a], s[a], p[a], d[a]) for a in range(3)]
+    gen = torch.Generator().manual_seed(0)
+    dy = torch.randn(dy_size, generator=gen).to(dtype)
+    w = torch.randn([cout, cin // groups, *k], generator=gen).to(dtype)
+    x = torch.empty(x_size, dtype=dtype)  # convolution_backward reads only its shape for the input gradient
+    if channels_last:
+        dy, w, x = (t.contiguous(memory_format=torch.channels_last_3d) for t in (dy, w, x))
+    pads = [p[0], p[0], p[1], p[1], p[2], p[2]]
+
+    def torch_dgrad() -> torch.Tensor:
+        return torch.ops.aten.convolution_backward(dy, x, w, None, list(s), list(p), list(d), False, [0, 0, 0],
+                                                   groups, [True, False, False])[0]
+
+    if channels_last:  # the NDHWC tensors these are in memory
+        args = ([n, *shape["x"], cin], w.permute(0, 2, 3, 4, 1), dy.permute(0, 2, 3, 4, 1), [1, *s, 1], pads,
+                [1, *d, 1], groups, "NDHWC", "NDHWC")
+    else:
+        args = (x_size, w, dy, [1, 1, *s], pads, [1, 1, *d], groups, "NCDHW", "NCDHW")
+
+    def ours() -> torch.Tensor:
+        return conv3d_dx.conv3d_backprop_input_v2(*args, threads=threads)
+
+    plan = conv3d_dx.Plan(*args, threads=threads)
+    ours_ms = _time(ours, warmup, repeat)
+    torch_ms = _time(torch_dgrad, warmup, repeat)
+    expected = torch_dgrad().float()
+    got = ours().float()
+    if channels_last:
+        got = got.permute(0, 4, 1, 2, 3)
+    scale = max(expected.abs().max().item(), 1e-30)
+    flops = 2.0 * math.prod(dy_size) * (cin // groups) * math.prod(k)
+    return {"name": shape["name"], "ours": statistics.median(ours_ms), "ours_min": min(ours_ms),
+            "torch": statistics.median(torch_ms), "gflops": flops / statistics.median(ours_ms) / 1e6,
+            "diff": (got - expected).abs().max().item() / scale, "engine": plan.engine, "isa": plan.isa}
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m conv3d_dx.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="fp32")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="channels_last_3d tensors (conv3d-dx reads them as NDHWC) instead of contiguous")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--shapes", default="", help="comma-separated suite names (default: all)")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    wanted = set(filter(None, args.shapes.split(",")))
+    suite = [s for s in _core.suite() if not wanted or s["name"] in wanted]
+    unknown = wanted - {s["name"] for s in _core.suite()}
+    if unknown:
+        parser.error(f"unknown shapes {sorted(unknown)}; the suite has {[s['name'] for s in _core.suite()]}")
+    layout = "channels_last_3d" if args.channels_last else "contiguous NCDHW"
+    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs online, {args.threads} threads for both")
+    print(f"torch {torch.__version__}, conv3d-dx {conv3d_dx.__version__}; {args.dtype}, {layout}")
+    print(f"runs: {args.warmup} warm-up, {args.repeat} timed; ratio = PyTorch median / conv3d-dx median "
+          "(above 1: conv3d-dx is faster); diff = max|conv3d-dx - PyTorch| / max|PyTorch|")
+    print(f"{'shape':<10} {'conv3d-dx ms':>12} {'min':>9} {'GFLOP/s':>8} {'PyTorch ms':>11} {'ratio':>7} "
+          f"{'diff':>9}  engine")
+    rows = []
+    for shape in suite:
+        r = run_shape(shape, _DTYPES[args.dtype], args.channels_last, args.threads, args.warmup, args.repeat)
+        rows.append(r)
+        print(f"{r['name']:<10} {r['ours']:>12.3f} {r['ours_min']:>9.3f} {r['gflops']:>8.1f} {r['torch']:>11.3f} "
+              f"{r['torch'] / r['ours']:>7.2f} {r['diff']:>9.2e}  {r['engine']} ({r['isa']})", flush=True)
+    if rows:
+        ours = statistics.geometric_mean([r["ours"] for r in rows])
+        theirs = statistics.geometric_mean([r["torch"] for r in rows])
+        print(f"{'geomean':<10} {ours:>12.3f} {'':>9} {'':>8} {theirs:>11.3f} {theirs / ours:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()

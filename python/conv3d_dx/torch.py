@@ -1,0 +1,196 @@
+"""PyTorch integration: conv3d_input, a torch.library operator (works under torch.compile), and Conv3d.
+
+    from conv3d_dx.torch import Conv3d, conv3d_input, replace_conv3d
+    dx = conv3d_input(x.shape, weight, grad_output, stride=2, padding=(1, 0, 1, 0, 1, 0))
+    layer = Conv3d(64, 64, 3, padding=1)    # nn.Conv3d whose input gradient comes from conv3d-dx
+    replace_conv3d(model)                   # the same for every nn.Conv3d in a model
+
+conv3d_input has torch.nn.grad.conv3d_input's signature; padding may also be 6 values (front, back, top,
+bottom, left, right) for asymmetric pads. Tensors are CPU float32, float16, bfloat16 (or float8_e4m3fn for
+conv3d_input); channels_last_3d tensors are read as they are and give channels_last_3d results.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import _arrays
+from ._ops import conv3d_backprop_input_v2
+
+__all__ = ["Conv3d", "conv3d_input", "replace_conv3d"]
+
+_MODULE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _triple(name: str, value: Union[int, Sequence[int]]) -> List[int]:
+    if isinstance(value, int):
+        return [value] * 3
+    return _arrays.ints(name, value, 3)
+
+
+def _six_pads(padding: Union[int, Sequence[int]]) -> List[int]:
+    """front, back, top, bottom, left, right from an int, (d, h, w) or the 6 values themselves."""
+    if isinstance(padding, int):
+        return [padding] * 6
+    values = _arrays.ints("padding", padding)
+    if len(values) == 3:
+        return [values[0], values[0], values[1], values[1], values[2], values[2]]
+    if len(values) == 6:
+        return values
+    raise ValueError(f"padding has {len(values)} values {values} but must have 1, 3 (d, h, w) or 6 "
+                     "(front, back, top, bottom, left, right)")
+
+
+def _f_pad(pads: Sequence[int]) -> List[int]:
+    """Our pad order as F.pad wants it: last axis first."""
+    return [pads[4], pads[5], pads[2], pads[3], pads[0], pads[1]]
+
+
+def _channels_last(t: Tensor) -> bool:
+    return (t.dim() == 5 and not t.is_contiguous()
+            and t.is_contiguous(memory_format=torch.channels_last_3d))
+
+
+def _result_format(grad_output: Tensor) -> torch.memory_format:
+    return torch.channels_last_3d if _channels_last(grad_output) else torch.contiguous_format
+
+
+@torch.library.custom_op("conv3d_dx::conv3d_input", mutates_args=())
+def _conv3d_input(input_size: List[int], weight: Tensor, grad_output: Tensor, stride: List[int],
+                  padding: List[int], dilation: List[int], groups: int) -> Tensor:
+    filt, filter_format = _filter(weight)
+    # NCDHW tensors stored channels-last are handed over as the NDHWC tensors they are in memory, and the
+    # result, allocated after validation, is NDHWC in memory too.
+    if _channels_last(grad_output):
+        n, c, depth, height, width = input_size
+        y = conv3d_backprop_input_v2([n, depth, height, width, c], filt, grad_output.permute(0, 2, 3, 4, 1),
+                                     [1, *stride, 1], padding, [1, *dilation, 1], groups, data_format="NDHWC",
+                                     filter_format=filter_format)
+        return y.permute(0, 4, 1, 2, 3)
+    return conv3d_backprop_input_v2(input_size, filt, grad_output, [1, 1, *stride], padding, [1, 1, *dilation],
+                                    groups, data_format="NCDHW", filter_format=filter_format)
+
+
+def _filter(weight: Tensor) -> tuple:
+    """(filter, filter_format) for a [Cout, Cin/groups, kD, kH, kW] weight, channels-last ones as NDHWC."""
+    if _channels_last(weight):
+        return weight.permute(0, 2, 3, 4, 1), "NDHWC"
+    return weight, "NCDHW"
+
+
+@_conv3d_input.register_fake
+def _conv3d_input_fake(input_size: List[int], weight: Tensor, grad_output: Tensor, stride: List[int],
+                       padding: List[int], dilation: List[int], groups: int) -> Tensor:
+    return torch.empty(input_size, dtype=grad_output.dtype, device=grad_output.device,
+                       memory_format=_result_format(grad_output))
+
+
+def _conv3d_input_setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+    input_size, weight, grad_output, stride, padding, dilation, groups = inputs
+    ctx.save_for_backward(weight, grad_output)
+    ctx.conv = (stride, padding, dilation, groups)
+
+
+def _conv3d_input_backward(ctx: Any, grad: Tensor) -> tuple:
+    # dx = D(dy, w) is linear in dy and in w: its adjoint in dy is the forward convolution of the (padded)
+    # gradient, its adjoint in w that convolution's weight gradient.
+    weight, grad_output = ctx.saved_tensors
+    stride, padding, dilation, groups = ctx.conv
+    padded = F.pad(grad, _f_pad(padding))
+    grad_weight = grad_grad_output = None
+    if ctx.needs_input_grad[2]:
+        grad_grad_output = F.conv3d(padded, weight, None, stride, 0, dilation, groups)
+    if ctx.needs_input_grad[1]:
+        grad_weight = torch.ops.aten.convolution_backward(grad_output, padded, weight, None, stride, [0, 0, 0],
+                                                          dilation, False, [0, 0, 0], groups,
+                                                          [False, True, False])[1]
+    return None, grad_weight, grad_grad_output, None, None, None, None
+
+
+_conv3d_input.register_autograd(_conv3d_input_backward, setup_context=_conv3d_input_setup_context)
+
+
+def conv3d_input(input_size: Sequence[int], weight: Tensor, grad_output: Tensor,
+                 stride: Union[int, Sequence[int]] = 1, padding: Union[int, Sequence[int]] = 0,
+                 dilation: Union[int, Sequence[int]] = 1, groups: int = 1) -> Tensor:
+    """The gradient of conv3d with respect to its input, computed by conv3d-dx.
+
+    torch.nn.grad.conv3d_input's signature: input_size is the input's NCDHW shape, weight
+    [Cout, Cin/groups, kD, kH, kW], grad_output [N, Cout, Do, Ho, Wo]; padding is 1, 3 (d, h, w) or 6 values
+    (front, back, top, bottom, left, right). Differentiable in weight and grad_output.
+    """
+    return _conv3d_input(_arrays.ints("input_size", input_size, 5), weight, grad_output,
+                         _triple("stride", stride), _six_pads(padding), _triple("dilation", dilation),
+                         _arrays.integer("groups", groups))
+
+
+class _Conv3dFunction(torch.autograd.Function):
+    """conv3d with pads (front, back, ...): forward, weight and bias gradients by PyTorch, input gradient
+    by conv3d-dx."""
+
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Any, stride: List[int], pads: List[int],
+                dilation: List[int], groups: int) -> Tensor:
+        x, padding = _padded(x, pads)
+        return F.conv3d(x, weight, bias, stride, padding, dilation, groups)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        x, weight, bias, stride, pads, dilation, groups = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.conv = (stride, pads, dilation, groups, bias is not None)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple:
+        x, weight = ctx.saved_tensors
+        stride, pads, dilation, groups, has_bias = ctx.conv
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _conv3d_input(list(x.shape), weight, grad, stride, pads, dilation, groups)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            padded, padding = _padded(x, pads)
+            _, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+                grad, padded, weight, [weight.shape[0]] if has_bias else None, stride, padding, dilation,
+                False, [0, 0, 0], groups, [False, ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
+        return grad_x, grad_weight, grad_bias, None, None, None, None
+
+
+def _padded(x: Tensor, pads: List[int]) -> tuple:
+    """(x, symmetric padding) for F.conv3d; asymmetric pads are applied to x."""
+    if pads[0::2] == pads[1::2]:
+        return x, pads[0::2]
+    return F.pad(x, _f_pad(pads)), [0, 0, 0]
+
+
+class Conv3d(nn.Conv3d):
+    """nn.Conv3d whose input gradient is computed by conv3d-dx; the forward pass and the weight and bias
+    gradients are PyTorch's. Same constructor, parameters and state dict: a one-line swap.
+
+    Input gradients need CPU float32, float16 or bfloat16 tensors (conv3d-dx has no float64).
+    """
+
+    def _conv_forward(self, input: Tensor, weight: Tensor, bias: Any) -> Tensor:
+        if input.requires_grad and (input.device.type != "cpu" or input.dtype not in _MODULE_DTYPES):
+            raise TypeError(f"conv3d_dx.torch.Conv3d computes input gradients of CPU float32, float16 and "
+                            f"bfloat16 tensors; input is {input.dtype} on {input.device}")
+        reversed_pads = self._reversed_padding_repeated_twice  # last axis first, also for "same"
+        if self.padding_mode != "zeros":
+            input = F.pad(input, reversed_pads, mode=self.padding_mode)
+            pads = [0] * 6
+        else:
+            pads = [reversed_pads[4], reversed_pads[5], reversed_pads[2], reversed_pads[3], reversed_pads[0],
+                    reversed_pads[1]]
+        return _Conv3dFunction.apply(input, weight, bias, list(self.stride), pads, list(self.dilation),
+                                     self.groups)
+
+
+def replace_conv3d(module: nn.Module) -> nn.Module:
+    """Makes every nn.Conv3d in `module` a conv3d_dx Conv3d, in place (parameters, buffers and hooks kept)."""
+    for m in module.modules():
+        if type(m) is nn.Conv3d:
+            m.__class__ = Conv3d
+    return module

@@ -1,0 +1,419 @@
+// conv3d_dx._core: the library as the Python package sees it.
+//
+// The Python layer (python/conv3d_dx) turns numpy arrays, torch tensors and DLPack producers into arrays of
+// plain element types (float32, float16, bfloat16 or integer codes) and names the conv3d-dx dtype each one
+// holds. This layer builds the ProblemSpec from their shapes and element strides as they are (no copies),
+// lets the library validate it, and runs with the GIL released. conv3d_dx::Error becomes ValueError
+// (MemoryError for out_of_memory, RuntimeError for internal errors) with a `parameter` attribute.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "conv3d_dx/conv3d_dx.hpp"
+#include "numeric/numeric.hpp"
+#include "suite.hpp"
+
+namespace nb = nanobind;
+
+namespace conv3d_dx::python {
+namespace {
+
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+using OutArray = nb::ndarray<nb::device::cpu>;
+
+// The same error about `name`, the parameter's name in Python: "layout 'x' is ..." becomes
+// "data_format 'x' is ...", "y strides ..." becomes "out strides ...".
+Error renamed(const Error& e, const std::string& name) {
+  const std::string message = e.what();
+  const std::string& old = e.parameter();
+  if (old == name) return e;
+  if (!old.empty() && message.rfind(old + " ", 0) == 0)
+    return Error(e.code(), name, name + message.substr(old.size()));
+  return Error(e.code(), name, name + ": " + message);
+}
+
+void translate_error(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const Error& e) {
+    PyObject* type = PyExc_ValueError;
+    if (e.code() == ErrorCode::out_of_memory) type = PyExc_MemoryError;
+    if (e.code() == ErrorCode::internal) type = PyExc_RuntimeError;
+    PyObject* exc = PyObject_CallFunction(type, "s", e.what());
+    if (exc == nullptr) return;  // the failure to build it is the error now
+    PyObject* parameter = PyUnicode_FromString(e.parameter().c_str());
+    if (parameter != nullptr) {
+      PyObject_SetAttrString(exc, "parameter", parameter);
+      Py_DECREF(parameter);
+    }
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+  }
+}
+
+DType dtype_named(const std::string& parameter, const std::string& name) {
+  try {
+    return parse_dtype(name);
+  } catch (const Error& e) {
+    throw renamed(e, parameter);
+  }
+}
+
+Layout layout_named(const std::string& parameter, const std::string& name) {
+  try {
+    return parse_layout(name);
+  } catch (const Error& e) {
+    throw renamed(e, parameter);
+  }
+}
+
+template <typename Array>
+void check_itemsize(const std::string& name, const Array& a, DType dtype) {
+  if (a.itemsize() != dtype_size(dtype))
+    throw nb::type_error((name + " has " + std::to_string(a.itemsize()) + "-byte elements but " +
+                          to_string(dtype) + " needs " + std::to_string(dtype_size(dtype)))
+                             .c_str());
+}
+
+// A view of `a` as it lies in memory: its shape and element strides, in the order of `layout`.
+// A 4-D array with `insert_d` gets the D axis of size 1 (the operator's 4-value input_size).
+template <typename Array>
+TensorView view_of(const std::string& name, const Array& a, DType dtype, Layout layout,
+                   bool insert_d = false) {
+  check_itemsize(name, a, dtype);
+  const std::size_t rank = insert_d ? 4 : 5;
+  if (a.ndim() != rank)
+    throw Error(ErrorCode::invalid_argument, name,
+                name + " has " + std::to_string(a.ndim()) + " dimensions but must have " +
+                    std::to_string(rank) + " (" + to_string(layout) +
+                    (insert_d ? " without D, as input_size has 4 values)" : ")"));
+  TensorView v;
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  v.dtype = dtype;
+  v.layout = layout;
+  const std::size_t d_position = layout == Layout::NDHWC ? 1 : 2;
+  for (std::size_t i = 0, j = 0; i < 5; ++i) {
+    if (insert_d && i == d_position) {
+      v.shape[i] = 1;
+      v.strides[i] = 0;
+      continue;
+    }
+    v.shape[i] = static_cast<std::int64_t>(a.shape(j));
+    v.strides[i] = a.stride(j);
+    ++j;
+  }
+  return v;
+}
+
+// The bytes a view can touch, [begin, end); empty for a tensor without elements. Strides are >= 0
+// (validated).
+struct ByteRange {
+  std::uintptr_t begin = 0, end = 0;
+};
+ByteRange byte_range(const TensorView& v) {
+  const auto size = static_cast<std::int64_t>(dtype_size(v.dtype));
+  std::int64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    if (v.shape[i] == 0) return {};
+    last += (v.shape[i] - 1) * v.strides[i];
+  }
+  const auto begin = reinterpret_cast<std::uintptr_t>(v.data);
+  return {begin, begin + static_cast<std::uintptr_t>((last + 1) * size)};
+}
+
+// The result must not share memory with an input: the engines read inputs while writing y.
+void check_no_alias(const std::string& y_name, const TensorView& y, const char* input_name,
+                    const TensorView& input) {
+  const ByteRange a = byte_range(y), b = byte_range(input);
+  if (a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end)
+    throw Error(ErrorCode::invalid_argument, y_name,
+                y_name + " overlaps the memory of " + input_name + "; the result must not alias an input");
+}
+
+struct Attrs {
+  std::vector<std::int64_t> input_size;
+  std::array<std::int64_t, 5> strides, dilations;
+  std::array<std::int64_t, 6> pads;
+  std::int64_t groups;
+  std::string data_format, filter_format, y_dtype;
+  bool enable_hf32, saturate;
+};
+
+// The spec without y's memory: y as a contiguous array of input_size in data_format order.
+ProblemSpec make_spec(const Attrs& a, const InArray& filter, const std::string& filter_dtype,
+                      const InArray& out_backprop, const std::string& dy_dtype) {
+  ProblemSpec spec;
+  spec.attrs.input_size = a.input_size;
+  spec.attrs.strides = a.strides;
+  spec.attrs.pads = a.pads;
+  spec.attrs.dilations = a.dilations;
+  spec.attrs.groups = a.groups;
+  spec.attrs.data_format = layout_named("data_format", a.data_format);
+  spec.attrs.enable_hf32 = a.enable_hf32;
+  spec.overflow = a.saturate ? OverflowMode::saturate : OverflowMode::ieee;
+  const Layout fmt = spec.attrs.data_format;
+  spec.out_backprop = view_of("out_backprop", out_backprop, dtype_named("out_backprop", dy_dtype), fmt);
+  spec.filter = view_of("filter", filter, dtype_named("filter", filter_dtype),
+                        layout_named("filter_format", a.filter_format));
+  std::array<std::int64_t, 5>
+      shape{};  // input_size with D inserted; invalid sizes are validate()'s to report
+  const auto& s = a.input_size;
+  if (s.size() == 5) std::copy(s.begin(), s.end(), shape.begin());
+  if (s.size() == 4)
+    shape = fmt == Layout::NDHWC ? std::array<std::int64_t, 5>{s[0], 1, s[1], s[2], s[3]}
+                                 : std::array<std::int64_t, 5>{s[0], s[1], 1, s[2], s[3]};
+  for (auto& v : shape) v = std::max<std::int64_t>(v, 0);
+  spec.y = TensorView::contiguous(nullptr, dtype_named("output_dtype", a.y_dtype), fmt, shape);
+  return spec;
+}
+
+Problem validate_as(const ProblemSpec& spec, const std::string& y_name) {
+  try {
+    return validate(spec);
+  } catch (const Error& e) {
+    throw e.parameter() == "y" ? renamed(e, y_name) : e;
+  }
+}
+
+std::uintptr_t address(const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); }
+
+OutArray writable_array(const std::string& name, nb::handle h) {
+  OutArray a;
+  if (!nb::try_cast(h, a, false))
+    throw nb::type_error((name + " must be a writable array in CPU memory").c_str());
+  return a;
+}
+
+// conv3d_backprop_input_v2: validates everything, then (when `out` is None) calls allocate() for the
+// result, then runs with the GIL released. Returns the result and the addresses the library was handed
+// for out_backprop, filter and y, so tests can see that nothing was copied.
+nb::tuple backprop_input(const Attrs& attrs, InArray filter, const std::string& filter_dtype,
+                         InArray out_backprop, const std::string& dy_dtype, nb::object out,
+                         const std::string& y_name, nb::callable allocate, int threads) {
+  ProblemSpec spec = make_spec(attrs, filter, filter_dtype, out_backprop, dy_dtype);
+  const Layout fmt = spec.attrs.data_format;
+  const bool insert_d = attrs.input_size.size() == 4;
+  if (!out.is_none()) {
+    spec.y = view_of(y_name, writable_array(y_name, out), spec.y.dtype, fmt, insert_d);
+    validate_as(spec, y_name);
+    check_no_alias(y_name, spec.y, "out_backprop", spec.out_backprop);
+    check_no_alias(y_name, spec.y, "filter", spec.filter);
+  } else {
+    validate_as(spec, y_name);  // before allocating: a bad input_size is reported, not allocated
+    out = allocate();
+    spec.y = view_of(y_name, writable_array(y_name, out), spec.y.dtype, fmt, insert_d);
+  }
+  Options options;
+  options.threads = threads;
+  {
+    nb::gil_scoped_release released;
+    conv3d_backprop_input(spec, options);
+  }
+  return nb::make_tuple(out,
+                        nb::make_tuple(address(spec.out_backprop), address(spec.filter), address(spec.y)));
+}
+
+// A Plan for one problem: out_backprop, filter and y keep the dtypes, shapes and strides it was made with
+// (y: contiguous in data_format order); the filter it was made with is packed at once.
+class BoundPlan {
+ public:
+  BoundPlan(const Attrs& attrs, InArray filter, const std::string& filter_dtype, InArray out_backprop,
+            const std::string& dy_dtype, int threads)
+      : spec_(make_spec(attrs, filter, filter_dtype, out_backprop, dy_dtype)),
+        insert_d_(attrs.input_size.size() == 4),
+        plan_(validate_as(spec_, "output_dtype"), Options{threads, Isa::best, false}) {
+    pack_filter(filter);
+  }
+
+  void pack_filter(InArray filter) {
+    const TensorView w = same_as("filter", spec_.filter, filter, false);
+    nb::gil_scoped_release released;
+    plan_.pack_filter(w.data);
+  }
+
+  void execute(InArray out_backprop, InArray filter, OutArray y) {
+    const TensorView dy = same_as("out_backprop", spec_.out_backprop, out_backprop, false);
+    const TensorView w = same_as("filter", spec_.filter, filter, false);
+    const TensorView out = same_as("out", spec_.y, y, insert_d_);
+    check_no_alias("out", out, "out_backprop", dy);
+    check_no_alias("out", out, "filter", w);
+    nb::gil_scoped_release released;
+    plan_.execute(dy.data, w.data, out.data);
+  }
+
+  void execute_packed(InArray out_backprop, OutArray y) {
+    const TensorView dy = same_as("out_backprop", spec_.out_backprop, out_backprop, false);
+    const TensorView out = same_as("out", spec_.y, y, insert_d_);
+    check_no_alias("out", out, "out_backprop", dy);
+    nb::gil_scoped_release released;
+    plan_.execute_packed(dy.data, out.data);
+  }
+
+  std::string engine() const { return plan_.engine_name(); }
+  int threads() const { return plan_.threads(); }
+  std::string isa() const { return to_string(plan_.isa()); }
+  double flops() const { return plan_.problem().flops(); }
+
+ private:
+  // A view of `a`, which must match the plan's view exactly: the plan was made for those strides.
+  template <typename Array>
+  TensorView same_as(const std::string& name, const TensorView& planned, const Array& a,
+                     bool insert_d) const {
+    const TensorView v = view_of(name, a, planned.dtype, planned.layout, insert_d);
+    auto text = [](const std::array<std::int64_t, 5>& x) {
+      std::string s = "[";
+      for (std::size_t i = 0; i < 5; ++i) s += (i ? "," : "") + std::to_string(x[i]);
+      return s + "]";
+    };
+    if (v.shape != planned.shape)
+      throw Error(ErrorCode::invalid_argument, name,
+                  name + " shape is " + text(v.shape) + " but the plan was made for " + text(planned.shape));
+    if (v.strides != planned.strides)
+      throw Error(ErrorCode::invalid_argument, name,
+                  name + " strides are " + text(v.strides) + " but the plan was made for " +
+                      text(planned.strides) + " (elements)");
+    return v;
+  }
+
+  ProblemSpec spec_;
+  bool insert_d_;
+  Plan plan_;
+};
+
+using Flat = nb::ndarray<nb::ro, nb::device::cpu, nb::c_contig>;
+using FlatOut = nb::ndarray<nb::device::cpu, nb::c_contig>;
+
+// Element-wise conversion between contiguous arrays of equal size (the Python layer allocates `out`).
+template <typename To, typename From, typename F>
+void convert(const Flat& in, FlatOut& out, F f) {
+  if (in.size() != out.size()) throw nb::value_error("input and output sizes differ");
+  const auto* src = static_cast<const From*>(in.data());
+  auto* dst = static_cast<To*>(out.data());
+  const std::size_t n = in.size();
+  nb::gil_scoped_release released;
+  for (std::size_t i = 0; i < n; ++i) dst[i] = f(src[i]);
+}
+
+void encode(Flat values, FlatOut codes, const std::string& dtype_name, bool saturate) {
+  const DType dtype = dtype_named("dtype", dtype_name);
+  check_itemsize("values", values, DType::f32);
+  check_itemsize("codes", codes, dtype);
+  switch (dtype) {
+    case DType::f16:
+      return convert<std::uint16_t, float>(values, codes,
+                                           [=](float v) { return numeric::f32_to_fp16(v, saturate); });
+    case DType::bf16:
+      return convert<std::uint16_t, float>(values, codes,
+                                           [=](float v) { return numeric::f32_to_bf16(v, saturate); });
+    case DType::hif8:
+      return convert<std::uint8_t, float>(values, codes,
+                                          [=](float v) { return numeric::f32_to_hif8(v, saturate); });
+    case DType::fp8_e4m3fn:
+      return convert<std::uint8_t, float>(values, codes,
+                                          [=](float v) { return numeric::f32_to_fp8_e4m3fn(v, saturate); });
+    case DType::f32:
+      break;
+  }
+  throw Error(ErrorCode::invalid_argument, "dtype", "dtype fp32 is not a storage type to encode to");
+}
+
+void decode(Flat codes, FlatOut values, const std::string& dtype_name) {
+  const DType dtype = dtype_named("dtype", dtype_name);
+  check_itemsize("codes", codes, dtype);
+  check_itemsize("values", values, DType::f32);
+  switch (dtype) {
+    case DType::f16:
+      return convert<float, std::uint16_t>(codes, values, numeric::fp16_to_f32);
+    case DType::bf16:
+      return convert<float, std::uint16_t>(codes, values, numeric::bf16_to_f32);
+    case DType::hif8:
+      return convert<float, std::uint8_t>(codes, values, numeric::hif8_to_f32);
+    case DType::fp8_e4m3fn:
+      return convert<float, std::uint8_t>(codes, values, numeric::fp8_e4m3fn_to_f32);
+    case DType::f32:
+      break;
+  }
+  throw Error(ErrorCode::invalid_argument, "dtype", "dtype fp32 is not a storage type to decode from");
+}
+
+void round_hf32(Flat values, FlatOut rounded) {
+  check_itemsize("values", values, DType::f32);
+  check_itemsize("values", rounded, DType::f32);
+  convert<float, float>(values, rounded, numeric::round_to_hf32);
+}
+
+// The benchmark suite (tools/suite.hpp) as dicts of forward-convolution terms.
+nb::list suite() {
+  nb::list shapes;
+  for (const suite::Shape& s : suite::default_suite()) {
+    nb::dict d;
+    d["name"] = s.name;
+    d["N"] = s.N;
+    d["Cin"] = s.Cin;
+    d["x"] = s.x;
+    d["Cout"] = s.Cout;
+    d["kernel"] = s.kernel;
+    d["stride"] = s.stride;
+    d["pad"] = s.pad;
+    d["dilation"] = s.dilation;
+    d["groups"] = s.groups;
+    shapes.append(d);
+  }
+  return shapes;
+}
+
+}  // namespace
+}  // namespace conv3d_dx::python
+
+NB_MODULE(_core, m) {
+  using namespace conv3d_dx::python;
+  m.doc() = "conv3d-dx bindings; use the conv3d_dx package, which checks Python types before calling these.";
+  nb::register_exception_translator(translate_error);
+
+  nb::class_<Attrs>(m, "Attrs")
+      .def(nb::init<>())
+      .def_rw("input_size", &Attrs::input_size)
+      .def_rw("strides", &Attrs::strides)
+      .def_rw("pads", &Attrs::pads)
+      .def_rw("dilations", &Attrs::dilations)
+      .def_rw("groups", &Attrs::groups)
+      .def_rw("data_format", &Attrs::data_format)
+      .def_rw("filter_format", &Attrs::filter_format)
+      .def_rw("y_dtype", &Attrs::y_dtype)
+      .def_rw("enable_hf32", &Attrs::enable_hf32)
+      .def_rw("saturate", &Attrs::saturate);
+
+  m.def("backprop_input", &backprop_input, nb::arg("attrs"), nb::arg("filter"), nb::arg("filter_dtype"),
+        nb::arg("out_backprop"), nb::arg("dy_dtype"), nb::arg("out").none(), nb::arg("y_name"),
+        nb::arg("allocate"), nb::arg("threads"));
+
+  nb::class_<BoundPlan>(m, "Plan")
+      .def(nb::init<const Attrs&, InArray, const std::string&, InArray, const std::string&, int>(),
+           nb::arg("attrs"), nb::arg("filter"), nb::arg("filter_dtype"), nb::arg("out_backprop"),
+           nb::arg("dy_dtype"), nb::arg("threads"))
+      .def("pack_filter", &BoundPlan::pack_filter, nb::arg("filter"))
+      .def("execute", &BoundPlan::execute, nb::arg("out_backprop"), nb::arg("filter"), nb::arg("out"))
+      .def("execute_packed", &BoundPlan::execute_packed, nb::arg("out_backprop"), nb::arg("out"))
+      .def_prop_ro("engine", &BoundPlan::engine)
+      .def_prop_ro("threads", &BoundPlan::threads)
+      .def_prop_ro("isa", &BoundPlan::isa)
+      .def_prop_ro("flops", &BoundPlan::flops);
+
+  m.def("parse_dtype", [](const std::string& parameter, const std::string& name) {
+    return std::string(conv3d_dx::to_string(dtype_named(parameter, name)));
+  });
+  m.def("encode", &encode, nb::arg("values"), nb::arg("codes"), nb::arg("dtype"), nb::arg("saturate"));
+  m.def("decode", &decode, nb::arg("codes"), nb::arg("values"), nb::arg("dtype"));
+  m.def("round_hf32", &round_hf32, nb::arg("values"), nb::arg("rounded"));
+  m.def("suite", &suite);
+}
