@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/engine.hpp"
+#include "problem/overlap.hpp"
 
 namespace conv3d_dx {
 namespace {
@@ -146,6 +147,7 @@ void Plan::execute_packed(const void* out_backprop, void* y, void* workspace) {
   if (s.problem.y_elements() == 0) return;  // N == 0: an empty y, nothing to read or write
   require(out_backprop, "out_backprop");
   require(y, "y");
+  require_y_disjoint(s.problem, out_backprop, nullptr, y);  // the packed filter is the engine's own copy
   s.engine->execute(out_backprop, y, s.workspace_for(workspace));
 }
 
@@ -158,6 +160,7 @@ void Plan::execute(const void* out_backprop, const void* filter, void* y, void* 
   require(filter, "filter");
   require(out_backprop, "out_backprop");
   require(y, "y");
+  require_y_disjoint(s.problem, out_backprop, filter, y);
   void* ws = s.workspace_for(workspace);
   s.filter_packed = false;  // until the engine has packed all of it
   s.engine->execute_with_filter(out_backprop, filter, y, ws);

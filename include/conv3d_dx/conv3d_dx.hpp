@@ -102,7 +102,10 @@ struct Problem {
 };
 
 // Shapes and strides of the three tensors plus the attributes; `validate` turns them into a Problem or
-// throws an Error naming the parameter, the value and the rule. Data pointers are not looked at.
+// throws an Error naming the parameter, the value and the rule. Data pointers are looked at for one rule
+// only, when y's and an input's are both non-null: y must not share a byte with out_backprop or the filter
+// (each taken from the first byte of its first element to the last byte of its last; computing in place is
+// not supported). Plan::execute and execute_packed check the same rule on the pointers they are given.
 struct ProblemSpec {
   Attributes attrs;
   TensorView out_backprop;  // in data_format
@@ -152,10 +155,12 @@ class Plan {
   // The instruction-set level in force: Options::isa, else CONV3D_DX_ISA, else the best the CPU has.
   Isa isa() const;
 
-  // Pack the filter once; execute_packed() then reuses it.
+  // Pack the filter once; execute_packed() then reuses it (y may then share memory with the caller's filter,
+  // never with out_backprop).
   void pack_filter(const void* filter);
   void execute_packed(const void* out_backprop, void* y, void* workspace = nullptr);
-  // Pack and run: what a training step pays when the filter changes each step.
+  // Pack and run: what a training step pays when the filter changes each step. y must not share a byte
+  // with out_backprop or the filter (Error invalid_argument naming y, nothing written).
   void execute(const void* out_backprop, const void* filter, void* y, void* workspace = nullptr);
 
  private:

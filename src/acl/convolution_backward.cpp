@@ -13,6 +13,7 @@
 #include "conv3d_dx/conv3d_dx.hpp"
 #include "internal.hpp"
 #include "numeric/numeric.hpp"
+#include "problem/overlap.hpp"
 
 namespace conv3d_dx::acl {
 namespace {
@@ -128,6 +129,15 @@ TensorView view5(const aclTensor& t, DType dtype, void* data) {
   return v;
 }
 
+// The bytes a tensor's view spans in its storage (empty when it has no data or no elements). aclCreateTensor
+// has checked that the view lies inside a storage whose byte offsets and addresses fit in 64 bits.
+ByteExtent extent(const aclTensor* t, const char* name) {
+  if (t == nullptr || t->data == nullptr) return {};
+  const std::size_t size = element_size(t->dtype);
+  return byte_extent(name, static_cast<const char*>(t->data) + t->offset * static_cast<std::int64_t>(size),
+                     size, t->dims.data(), t->strides.data(), t->dims.size());
+}
+
 std::int64_t elements(const aclTensor& t) {
   std::int64_t n = 1;
   for (std::int64_t d : t.dims) n *= d;  // fits: checked by aclCreateTensor
@@ -182,6 +192,23 @@ std::vector<std::int64_t> spatial_values(const aclIntArray& a, const char* name,
     }
   }
   return a.values;
+}
+
+// The overlap rule (problem/overlap.hpp) for the three outputs: each must not share a byte with a tensor it
+// is computed from or with another output. gradInput is computed from gradOutput and weight, gradWeight from
+// gradOutput and input, gradBias from gradOutput. An output may take the memory of an input it is not
+// computed from (gradInput input's, gradWeight weight's, gradBias either): run() packs weight and computes
+// gradWeight, the only reader of input, before it writes any output.
+void check_overlaps(const Arguments& a, bool want_input, bool want_weight, bool want_bias) {
+  const NamedExtent dy{"gradOutput", extent(a.gradOutput, "gradOutput")};
+  const NamedExtent x{"input", extent(a.input, "input")};
+  const NamedExtent w{"weight", extent(a.weight, "weight")};
+  const NamedExtent gx{"gradInput", want_input ? extent(a.gradInput, "gradInput") : ByteExtent{}};
+  const NamedExtent gw{"gradWeight", want_weight ? extent(a.gradWeight, "gradWeight") : ByteExtent{}};
+  const NamedExtent gb{"gradBias", want_bias ? extent(a.gradBias, "gradBias") : ByteExtent{}};
+  require_disjoint(gx, {dy, w, gw, gb});
+  require_disjoint(gw, {dy, x, gb});
+  require_disjoint(gb, {dy});
 }
 
 // gradBias: the sums need only the problem's dy and channels.
@@ -374,6 +401,8 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
     null("gradInput data (tensorData)");
   if (want_weight && a.gradWeight->data == nullptr) null("gradWeight data (tensorData)");
   if (want_bias && a.gradBias->data == nullptr) null("gradBias data (tensorData)");
+
+  check_overlaps(a, want_input, want_weight, want_bias);
 
   // The conv3d_dx problem.
   ProblemSpec spec;

@@ -5,6 +5,7 @@
 
 #include "numeric/numeric.hpp"
 #include "problem/checked.hpp"
+#include "problem/overlap.hpp"
 
 namespace conv3d_dx {
 namespace {
@@ -262,6 +263,8 @@ Problem validate(const ProblemSpec& spec) {
   p.dy_strides = dy.strides;
   p.filter_strides = w.strides;
   p.y_strides = y.strides;
+  // The one rule that needs the data pointers, applied when the spec carries them.
+  require_y_disjoint(p, spec.out_backprop.data, spec.filter.data, spec.y.data);
   return p;
 }
 
