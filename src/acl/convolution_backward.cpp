@@ -472,9 +472,15 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
   e->y = e->final_y.data;
   // Workspace: [slack to align the start to 64 bytes][the plan's scratch][the fp32 result, if any].
   e->f32_offset = (e->plan->workspace_bytes() + kAlign - 1) / kAlign * kAlign;
-  const std::uint64_t used =
-      e->f32_offset + (e->via_f32 ? static_cast<std::uint64_t>(e->plan->problem().y_elements()) * 4 : 0);
-  e->workspace_bytes = used > 0 ? used + kAlign : 0;
+  std::uint64_t used = e->f32_offset, sums = 0;
+  if ((e->via_f32 && __builtin_mul_overflow(static_cast<std::uint64_t>(e->plan->problem().y_elements()),
+                                            std::uint64_t{4}, &sums)) ||
+      __builtin_add_overflow(used, sums, &used) ||
+      __builtin_add_overflow(used, std::uint64_t{kAlign}, &used)) {
+    invalid("gradInput has " + std::to_string(e->plan->problem().y_elements()) +
+            " elements: the workspace for them overflows 64 bits");
+  }
+  e->workspace_bytes = used > kAlign ? used : 0;
   return e;
 }
 

@@ -171,6 +171,26 @@ aclTensor* create_tensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataT
       return tensor_error("the product of viewDims overflows 64 bits");
     }
   }
+  // Every byte offset into the storage, the view's included, must fit in 64 bits, and so must the address
+  // of its last byte: checked once here, so byte offsets computed from a live tensor never overflow.
+  const std::int64_t size = static_cast<std::int64_t>(element_size(dataType));
+  std::int64_t storage_bytes = 0;
+  if (__builtin_mul_overflow(storage_elements, size, &storage_bytes)) {
+    return tensor_error("storageDims hold " + std::to_string(storage_elements) + " elements of " +
+                        std::to_string(size) + " bytes, more than 64-bit byte offsets reach");
+  }
+  std::uintptr_t storage_end = 0;
+  if (tensorData != nullptr &&
+      __builtin_add_overflow(reinterpret_cast<std::uintptr_t>(tensorData),
+                             static_cast<std::uint64_t>(storage_bytes), &storage_end)) {
+    return tensor_error("storageDims hold " + std::to_string(storage_bytes) +
+                        " bytes, more than fit after tensorData in the address space");
+  }
+  if (offset > storage_elements) {
+    return tensor_error("offset is " + std::to_string(offset) + " but storageDims hold only " +
+                        std::to_string(storage_elements) +
+                        " elements; the view must start inside its storage");
+  }
   // Strides: given (each >= 0) or contiguous.
   t->strides.assign(viewDimsNum, 1);
   for (std::uint64_t i = viewDimsNum; i-- > 0;) {

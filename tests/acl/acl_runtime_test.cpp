@@ -254,6 +254,28 @@ TEST(AclMeta, CreateTensorRejectsInvalidDescriptions) {
          const std::int64_t v[] = {INT64_MAX, 2}, s[] = {64};
          return aclCreateTensor(v, 2, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, s, 1, d);
        }},
+      // Byte offsets must fit in 64 bits: 2^62 fp32 elements are 2^64 bytes, so element 2^61 is out of reach.
+      {"storageDims hold 4611686018427387904 elements of 4 bytes, more than 64-bit byte offsets reach",
+       [](float* d) {
+         const std::int64_t v[] = {1}, s[] = {std::int64_t{1} << 62};
+         return aclCreateTensor(v, 1, ACL_FLOAT, nullptr, std::int64_t{1} << 61, ACL_FORMAT_ND, s, 1, d);
+       }},
+      {"storageDims hold 2305843009213693952 elements of 8 bytes, more than 64-bit byte offsets reach",
+       [](float* d) {
+         const std::int64_t v[] = {1}, s[] = {std::int64_t{1} << 61};
+         return aclCreateTensor(v, 1, ACL_DOUBLE, nullptr, 0, ACL_FORMAT_ND, s, 1, d);
+       }},
+      {"offset is 1000 but storageDims hold only 64 elements",  // an empty view must start inside too
+       [](float* d) {
+         const std::int64_t v[] = {0}, s[] = {64};
+         return aclCreateTensor(v, 1, ACL_FLOAT, nullptr, 1000, ACL_FORMAT_ND, s, 1, d);
+       }},
+      {"storageDims hold 256 bytes, more than fit after tensorData in the address space",
+       [](float*) {
+         const std::int64_t v[] = {2}, s[] = {64};
+         void* top = reinterpret_cast<void*>(~std::uintptr_t{0} - 100);  // never dereferenced
+         return aclCreateTensor(v, 1, ACL_FLOAT, nullptr, 0, ACL_FORMAT_ND, s, 1, top);
+       }},
       {"dataType 50 is not a supported aclDataType",
        [](float* d) {
          const std::int64_t v[] = {2}, s[] = {64};
