@@ -37,6 +37,13 @@ class Operand:
     memory: Any  # the caller's object after DLPack import: a result is allocated like it
 
 
+def value_error(parameter: str, message: str) -> ValueError:
+    """A ValueError naming its parameter, as the library's errors do (the `parameter` attribute)."""
+    error = ValueError(message)
+    error.parameter = parameter
+    return error
+
+
 def _torch() -> Any:
     return sys.modules.get("torch")
 
@@ -57,9 +64,8 @@ def parse_dtype(parameter: str, name: Optional[str]) -> Optional[str]:
 
 def _typed_or_raw(name: str, typed: Optional[str], itemsize: int, is_integer: bool, shown: str,
                   dtype: Optional[str]) -> str:
+    """The dtype an array holds: its element type's, else (integer codes) `dtype`, which must fit."""
     if typed is not None:
-        if dtype is not None and dtype != typed:
-            raise TypeError(f"{name} holds {typed} ({shown}) but dtype is {dtype}")
         return typed
     if is_integer and itemsize in _RAW_DTYPES:
         choices = _RAW_DTYPES[itemsize]
@@ -86,7 +92,7 @@ def _numpy_operand(name: str, a: np.ndarray, dtype: Optional[str]) -> Operand:
 def _torch_operand(name: str, t: Any, dtype: Optional[str]) -> Operand:
     torch = _torch()
     if t.device.type != "cpu":
-        raise ValueError(f"{name} is on {t.device}; conv3d-dx runs on the CPU")
+        raise value_error(name, f"{name} is on {t.device}; conv3d-dx runs on the CPU")
     if t.layout != torch.strided:
         raise TypeError(f"{name} has layout {t.layout}; conv3d-dx takes strided tensors")
     t = t.detach()
@@ -99,7 +105,7 @@ def _torch_operand(name: str, t: Any, dtype: Optional[str]) -> Operand:
 
 
 def operand(name: str, value: Any, dtype: Optional[str]) -> Operand:
-    """`value` as an Operand; `dtype` names what raw integer codes hold."""
+    """`value` as an Operand; `dtype` names what raw integer codes hold (typed arrays hold their own)."""
     if isinstance(value, np.ndarray):
         return _numpy_operand(name, value, dtype)
     if is_torch_tensor(value):
@@ -114,11 +120,11 @@ def operand(name: str, value: Any, dtype: Optional[str]) -> Operand:
                     f"not {type(value).__name__}")
 
 
-def output_operand(name: str, value: Any, dtype: Optional[str]) -> Operand:
+def output_operand(name: str, value: Any, dtype: str) -> Operand:
     """`out` as an Operand; it must be writable."""
     out = operand(name, value, dtype)
     if out.kind == "numpy" and not out.array.flags.writeable:
-        raise ValueError(f"{name} is read-only; the result needs a writable array")
+        raise value_error(name, f"{name} is read-only; the result needs a writable array")
     return out
 
 
@@ -160,7 +166,7 @@ def ints(name: str, value: Any, count: Optional[int] = None) -> list:
     except TypeError:
         raise TypeError(f"{name} must be a sequence of integers, got {value!r}") from None
     if count is not None and len(result) != count:
-        raise ValueError(f"{name} has {len(result)} values {result} but must have {count}")
+        raise value_error(name, f"{name} has {len(result)} values {result} but must have {count}")
     return result
 
 

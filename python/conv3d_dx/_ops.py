@@ -17,6 +17,9 @@ def _prepare(input_size: Sequence[int], filter: Any, out_backprop: Any, strides:
     output_dtype = _arrays.parse_dtype("output_dtype", output_dtype)
     dy = _arrays.operand("out_backprop", out_backprop, dtype)
     w = _arrays.operand("filter", filter, dtype)
+    for name, operand in (("out_backprop", dy), ("filter", w)):
+        if dtype is not None and operand.dtype != dtype:
+            raise TypeError(f"{name} holds {operand.dtype} ({operand.element_type}) but dtype is {dtype}")
     y = None
     if out is not None:
         # Raw codes in `out` hold output_dtype, else the input dtype.

@@ -20,7 +20,8 @@ _CODE_TYPES = {"fp16": np.uint16, "bf16": np.uint16, "hif8": np.uint8, "fp8_e4m3
 def _storage_dtype(dtype: str) -> str:
     name = _arrays.parse_dtype("dtype", dtype)
     if name not in _CODE_TYPES:
-        raise ValueError(f"dtype {name} is not a storage type; use fp16, bf16, hif8 or fp8_e4m3fn")
+        raise _arrays.value_error("dtype", f"dtype {name} is not a storage type; use fp16, bf16, hif8 or "
+                                  "fp8_e4m3fn")
     return name
 
 
