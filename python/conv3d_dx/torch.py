@@ -41,8 +41,8 @@ def _six_pads(padding: Union[int, Sequence[int]]) -> List[int]:
         return [values[0], values[0], values[1], values[1], values[2], values[2]]
     if len(values) == 6:
         return values
-    raise _arrays.value_error("padding", f"padding has {len(values)} values {values} but must have 1, 3 (d, h, w) or 6 "
-                     "(front, back, top, bottom, left, right)")
+    raise _arrays.value_error("padding", f"padding has {len(values)} values {values} but must have 1, 3 "
+                              "(d, h, w) or 6 (front, back, top, bottom, left, right)")
 
 
 def _f_pad(pads: Sequence[int]) -> List[int]:

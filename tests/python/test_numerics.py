@@ -94,14 +94,16 @@ def test_encode_ten_million_random_inputs(dtype, saturate):
                           values, dtype)
 
 
-def test_documented_special_values():
-    f = np.float32
-    assert conv3d_dx.encode(np.array([40960, 40959.996, np.nan, -1e-9], f), "hif8").tolist() == [0x6F, 0x6E, 0x80, 0]
-    assert conv3d_dx.encode(np.array([1e6, -1e6, np.nan], f), "hif8", saturate=True).tolist() == [0x6E, 0xEE, 0]
-    assert conv3d_dx.encode(np.array([465, -np.inf, 464], f), "fp8_e4m3fn").tolist() == [0x7F, 0xFF, 0x7E]
-    assert conv3d_dx.encode(np.array([465, -np.inf, np.nan], f), "fp8_e4m3fn", True).tolist() == [0x7E, 0xFE, 0]
-    assert conv3d_dx.encode(np.array([65520, 65519.996], f), "fp16").tolist() == [0x7C00, 0x7BFF]
-    assert conv3d_dx.encode(np.array([65520, -np.inf], f), "fp16", saturate=True).tolist() == [0x7BFF, 0xFBFF]
+@pytest.mark.parametrize("dtype, saturate, values, codes", [
+    ("hif8", False, [40960, 40959.996, np.nan, -1e-9], [0x6F, 0x6E, 0x80, 0x00]),  # inf, max, NaN, no -0
+    ("hif8", True, [1e6, -1e6, np.nan], [0x6E, 0xEE, 0x00]),
+    ("fp8_e4m3fn", False, [465, -np.inf, 464], [0x7F, 0xFF, 0x7E]),
+    ("fp8_e4m3fn", True, [465, -np.inf, np.nan], [0x7E, 0xFE, 0x00]),
+    ("fp16", False, [65520, 65519.996], [0x7C00, 0x7BFF]),
+    ("fp16", True, [65520, -np.inf], [0x7BFF, 0xFBFF]),
+])
+def test_documented_special_values(dtype, saturate, values, codes):
+    assert conv3d_dx.encode(np.array(values, np.float32), dtype, saturate).tolist() == codes
 
 
 def test_hf32_rounding(rng):

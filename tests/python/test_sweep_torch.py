@@ -24,8 +24,8 @@ def test_numpy_sweep(rng, dtype, data_format, filter_format):
             dy_in, w_in = strided(dy_in), strided(w_in)
         y_dtype = "fp32" if i == 3 else dtype
         y = conv3d_dx.conv3d_backprop_input_v2(
-            in_data_format(data_format, case.y_shape()), w_in, dy_in, in_data_format(data_format, [1, 1, *case.stride]),
-            case.pads, in_data_format(data_format, [1, 1, *case.dilation]), case.groups, data_format=data_format,
+            in_data_format(data_format, case.y_shape()), w_in, dy_in,
+            in_data_format(data_format, [1, 1, *case.stride]), case.pads, in_data_format(data_format, [1, 1, *case.dilation]), case.groups, data_format=data_format,
             filter_format=filter_format, output_dtype=None if i < 3 else "fp32")
         assert y.dtype == (np.float32 if y_dtype == "fp32" else dy.dtype)
         expected, abs_sum = expected_pair(case, dy, w)

@@ -136,7 +136,8 @@ class UNetBlock(nn.Module):
 
     def __init__(self, c: int = 4) -> None:
         super().__init__()
-        self.enc = nn.Sequential(nn.Conv3d(2, c, 3, padding=1), nn.ReLU(), nn.Conv3d(c, c, 3, padding=1), nn.ReLU())
+        self.enc = nn.Sequential(nn.Conv3d(2, c, 3, padding=1), nn.ReLU(), nn.Conv3d(c, c, 3, padding=1),
+                                 nn.ReLU())
         self.down = nn.Conv3d(c, 2 * c, 2, stride=2)
         self.mid = nn.Sequential(nn.Conv3d(2 * c, 2 * c, 3, padding=1, groups=2), nn.ReLU())
         self.up = nn.ConvTranspose3d(2 * c, c, 2, stride=2)
