@@ -93,13 +93,17 @@ def run_shape(shape: Dict, dtype: torch.dtype, channels_last: bool, threads: int
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m conv3d_dx.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m conv3d_dx.bench",
+        description="Times conv3d-dx against PyTorch's CPU dgrad (aten.convolution_backward, input gradient "
+                    "only) on the benchmark suite, in one process, with the same threads and tensors.")
     parser.add_argument("--dtype", choices=sorted(_DTYPES), default="fp32")
     parser.add_argument("--channels-last", action="store_true",
                         help="channels_last_3d tensors (conv3d-dx reads them as NDHWC) instead of contiguous")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="threads for both (default: all CPUs)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    parser.add_argument("--repeat", type=int, default=7, help="timed runs; the median is shown (default 7)")
     parser.add_argument("--shapes", default="", help="comma-separated suite names (default: all)")
     args = parser.parse_args(argv)
 

@@ -142,13 +142,14 @@ void check_no_alias(const std::string& y_name, const TensorView& y, const char* 
                 y_name + " overlaps the memory of " + input_name + "; the result must not alias an input");
 }
 
+// The operator's attributes as the Python layer passes them (strings parsed here, errors renamed).
 struct Attrs {
   std::vector<std::int64_t> input_size;
-  std::array<std::int64_t, 5> strides, dilations;
-  std::array<std::int64_t, 6> pads;
-  std::int64_t groups;
-  std::string data_format, filter_format, y_dtype;
-  bool enable_hf32, saturate;
+  std::array<std::int64_t, 5> strides{1, 1, 1, 1, 1}, dilations{1, 1, 1, 1, 1};
+  std::array<std::int64_t, 6> pads{};
+  std::int64_t groups = 1;
+  std::string data_format = "NDHWC", filter_format = "NCDHW", y_dtype = "fp32";
+  bool enable_hf32 = false, saturate = false;
 };
 
 // The spec without y's memory: y as a contiguous array of input_size in data_format order.
@@ -264,7 +265,6 @@ class BoundPlan {
   std::string engine() const { return plan_.engine_name(); }
   int threads() const { return plan_.threads(); }
   std::string isa() const { return to_string(plan_.isa()); }
-  double flops() const { return plan_.problem().flops(); }
 
  private:
   // A view of `a`, which must match the plan's view exactly: the plan was made for those strides.
@@ -408,8 +408,7 @@ NB_MODULE(_core, m) {
       .def("execute_packed", &BoundPlan::execute_packed, nb::arg("out_backprop"), nb::arg("out"))
       .def_prop_ro("engine", &BoundPlan::engine)
       .def_prop_ro("threads", &BoundPlan::threads)
-      .def_prop_ro("isa", &BoundPlan::isa)
-      .def_prop_ro("flops", &BoundPlan::flops);
+      .def_prop_ro("isa", &BoundPlan::isa);
 
   m.def("parse_dtype", [](const std::string& parameter, const std::string& name) {
     return std::string(conv3d_dx::to_string(dtype_named(parameter, name)));
