@@ -67,7 +67,7 @@ def conv3d_backprop_input_v2(input_size: Sequence[int], filter: Any, out_backpro
 
     Raises ValueError naming the parameter when the library rejects the call (nothing is written to `out`
     then), TypeError for arguments of the wrong Python type or element type. The GIL is released while the
-    gradient is computed.
+    gradient is computed. Plans of recent problems are reused (see set_plan_cache_size).
     """
     attrs, dy, w, y = _prepare(input_size, filter, out_backprop, strides, pads, dilations, groups,
                                data_format, filter_format, enable_hf32, output_dtype, saturate, out, dtype)
@@ -81,6 +81,21 @@ def conv3d_backprop_input_v2(input_size: Sequence[int], filter: Any, out_backpro
     _core.backprop_input(attrs, w.array, w.dtype, dy.array, dy.dtype, None if y is None else y.array,
                          "out" if y is not None else "output_dtype", allocate, _threads(threads))
     return out if out is not None else allocated[0]
+
+
+def set_plan_cache_size(size: int) -> int:
+    """Sets how many plans conv3d_backprop_input_v2 keeps (default 16; 0 keeps none and frees them all);
+    returns the previous size.
+
+    Making a plan allocates its packed-filter buffer, which can cost more than computing a large-filter
+    problem, so the plans of the most recent distinct problems (shapes, strides, dtypes, attributes,
+    threads) are kept for calls that repeat them, as training steps do. Each holds about a filter's worth
+    of memory.
+    """
+    size = _arrays.integer("size", size)
+    if size < 0:
+        raise _arrays.value_error("size", f"size is {size} but must be >= 0")
+    return _core.set_plan_cache_size(size)
 
 
 class Plan:

@@ -15,8 +15,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conv3d_dx/conv3d_dx.hpp"
@@ -190,6 +195,69 @@ Problem validate_as(const ProblemSpec& spec, const std::string& y_name) {
 
 std::uintptr_t address(const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); }
 
+// Plans of the most recent problems, for conv3d_backprop_input_v2: making a Plan allocates (and first
+// touches) its packed-filter buffer, which can cost more than the computation itself, and a training step
+// calls with the same problems again and again. A plan is taken out while it runs, so concurrent calls
+// never share one. Each kept plan holds about a filter's worth of memory.
+class PlanCache {
+ public:
+  // A plan for `problem` with `threads`: a cached one, else a new one.
+  std::unique_ptr<Plan> take(const Problem& problem, int threads, std::string& key) {
+    key = key_of(problem, threads);
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+        if (it->first == key) {
+          std::unique_ptr<Plan> plan = std::move(it->second);
+          plans_.erase(it);
+          return plan;
+        }
+      }
+    }
+    Options options;
+    options.threads = threads;
+    return std::make_unique<Plan>(problem, options);
+  }
+
+  void put_back(std::string key, std::unique_ptr<Plan> plan) {
+    std::list<Entry> evicted;  // freed after the lock is released
+    const std::lock_guard<std::mutex> lock(mutex_);
+    plans_.emplace_front(std::move(key), std::move(plan));
+    while (plans_.size() > capacity_) evicted.splice(evicted.begin(), plans_, std::prev(plans_.end()));
+  }
+
+  // Keeps at most `capacity` plans (0: none); returns the previous capacity.
+  std::size_t set_capacity(std::size_t capacity) {
+    std::list<Entry> evicted;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t previous = capacity_;
+    capacity_ = capacity;
+    while (plans_.size() > capacity_) evicted.splice(evicted.begin(), plans_, std::prev(plans_.end()));
+    return previous;
+  }
+
+ private:
+  using Entry = std::pair<std::string, std::unique_ptr<Plan>>;
+
+  // Everything a plan depends on: the problem with its strides, the threads, and CONV3D_DX_ISA.
+  static std::string key_of(const Problem& p, int threads) {
+    std::string key = p.describe();
+    for (const auto* strides : {&p.dy_strides, &p.filter_strides, &p.y_strides})
+      for (std::int64_t v : *strides) key += " " + std::to_string(v);
+    const char* isa = std::getenv("CONV3D_DX_ISA");
+    return key + " threads=" + std::to_string(threads) + " isa=" + (isa ? isa : "");
+  }
+
+  std::mutex mutex_;
+  std::list<Entry> plans_;  // most recently used first
+  std::size_t capacity_ = 16;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache cache;
+  return cache;
+}
+
 OutArray writable_array(const std::string& name, nb::handle h) {
   OutArray a;
   if (!nb::try_cast(h, a, false))
@@ -198,8 +266,8 @@ OutArray writable_array(const std::string& name, nb::handle h) {
 }
 
 // conv3d_backprop_input_v2: validates everything, then (when `out` is None) calls allocate() for the
-// result, then runs with the GIL released. Returns the result and the addresses the library was handed
-// for out_backprop, filter and y, so tests can see that nothing was copied.
+// result, then runs with the GIL released, on a cached plan. Returns the result and the addresses the library
+// was handed for out_backprop, filter and y, so tests can see that nothing was copied.
 nb::tuple backprop_input(const Attrs& attrs, InArray filter, const std::string& filter_dtype,
                          InArray out_backprop, const std::string& dy_dtype, nb::object out,
                          const std::string& y_name, nb::callable allocate, int threads) {
@@ -208,19 +276,20 @@ nb::tuple backprop_input(const Attrs& attrs, InArray filter, const std::string& 
   const bool insert_d = attrs.input_size.size() == 4;
   if (!out.is_none()) {
     spec.y = view_of(y_name, writable_array(y_name, out), spec.y.dtype, fmt, insert_d);
-    validate_as(spec, y_name);
-    check_no_alias(y_name, spec.y, "out_backprop", spec.out_backprop);
-    check_no_alias(y_name, spec.y, "filter", spec.filter);
   } else {
     validate_as(spec, y_name);  // before allocating: a bad input_size is reported, not allocated
     out = allocate();
     spec.y = view_of(y_name, writable_array(y_name, out), spec.y.dtype, fmt, insert_d);
   }
-  Options options;
-  options.threads = threads;
-  {
+  const Problem problem = validate_as(spec, y_name);
+  check_no_alias(y_name, spec.y, "out_backprop", spec.out_backprop);
+  check_no_alias(y_name, spec.y, "filter", spec.filter);
+  if (problem.y_elements() > 0) {
     nb::gil_scoped_release released;
-    conv3d_backprop_input(spec, options);
+    std::string key;
+    std::unique_ptr<Plan> plan = plan_cache().take(problem, threads, key);
+    plan->execute(spec.out_backprop.data, spec.filter.data, spec.y.data);
+    plan_cache().put_back(std::move(key), std::move(plan));
   }
   return nb::make_tuple(out,
                         nb::make_tuple(address(spec.out_backprop), address(spec.filter), address(spec.y)));
@@ -417,4 +486,7 @@ NB_MODULE(_core, m) {
   m.def("decode", &decode, nb::arg("codes"), nb::arg("values"), nb::arg("dtype"));
   m.def("round_hf32", &round_hf32, nb::arg("values"), nb::arg("rounded"));
   m.def("suite", &suite);
+  m.def(
+      "set_plan_cache_size", [](std::size_t size) { return plan_cache().set_capacity(size); },
+      nb::arg("size"));
 }

@@ -60,9 +60,20 @@ def test_result_and_out(rng):
     assert np.all(big[untouched] == CANARY)
 
 
-def test_threads_give_identical_results(rng):
+def test_threads_and_cached_plans_give_identical_results(rng):
     _, w, dy, _ = arrays(rng)
-    np.testing.assert_array_equal(call(w, dy, threads=1).view(np.uint32), call(w, dy, threads=2).view(np.uint32))
+    first = call(w, dy, threads=1)
+    np.testing.assert_array_equal(call(w, dy, threads=2).view(np.uint32), first.view(np.uint32))
+    # A cached plan is only reused for the same strides: the same values in other layouts in memory.
+    np.testing.assert_array_equal(call(np.asfortranarray(w), np.asfortranarray(dy), threads=1), first)
+    previous = conv3d_dx.set_plan_cache_size(0)
+    try:
+        assert previous == 16 and conv3d_dx.set_plan_cache_size(0) == 0
+        np.testing.assert_array_equal(call(w, dy, threads=1), first)
+    finally:
+        conv3d_dx.set_plan_cache_size(previous)
+    with pytest.raises(ValueError, match="size is -1"):
+        conv3d_dx.set_plan_cache_size(-1)
 
 
 def test_no_copies(rng, monkeypatch):
