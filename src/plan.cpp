@@ -1,23 +1,28 @@
 // Plan: resolve threads and ISA, pick the first engine that accepts the problem, own its scratch memory.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <new>
 #include <thread>
 
 #include "common/engine.hpp"
+#include "common/parallel.hpp"
 #include "problem/overlap.hpp"
 
 namespace conv3d_dx {
 namespace {
 
+// Options::threads: 0 means one per hardware thread; more than 4 per hardware thread is refused.
 int resolve_threads(int requested) {
-  constexpr int kMaxThreads = 4096;  // far beyond any machine; stops a typo from spawning a million threads
-  if (requested < 0 || requested > kMaxThreads)
-    throw Error(ErrorCode::invalid_argument, "threads",
-                "threads is " + std::to_string(requested) + " but must be in [0, 4096] (0: all cores)");
-  if (requested > 0) return requested;
   const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
+  const int hardware = hw > 0 ? static_cast<int>(std::min(hw, 1u << 20)) : 1;
+  const int most = 4 * hardware;
+  if (requested < 0 || requested > most)
+    throw Error(ErrorCode::invalid_argument, "threads",
+                "threads is " + std::to_string(requested) + " but must be in [0, " + std::to_string(most) +
+                    "] (0: one per hardware thread; at most 4 x the " + std::to_string(hardware) +
+                    " hardware threads)");
+  return requested > 0 ? requested : hardware;
 }
 
 // Options::isa, else the CONV3D_DX_ISA environment variable, else the best the CPU has. `named` tells
@@ -92,7 +97,9 @@ void Plan::State::create_engine() {
 Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.problem = validate(problem);
-  s.threads = resolve_threads(options.threads);
+  const int requested = resolve_threads(options.threads);
+  // Start the workers now, on the planning thread; with fewer than asked for, the plan runs with those.
+  s.threads = reserve_threads(requested);
   s.isa = resolve_isa(options.isa, s.isa_named);
   try {
     s.create_engine();
@@ -101,6 +108,9 @@ Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_un
   }
   if (options.verbose) {
     std::cerr << "conv3d-dx: cpu " << host_cpu_model().describe() << '\n';
+    if (s.threads < requested)
+      std::cerr << "conv3d-dx: only " << s.threads << " of " << requested
+                << " threads could be started; running with " << s.threads << '\n';
     for (const auto& d : s.declined) std::cerr << "conv3d-dx: declined " << d << '\n';
     std::cerr << "conv3d-dx: engine " << s.engine->name() << " (isa " << to_string(s.isa) << ", " << s.threads
               << " threads) for " << problem.describe() << '\n';

@@ -17,7 +17,7 @@ std::vector<FlagSpec> attribute_flags() {
       {"--output-dtype", "D", "element type of y (default: the input type; fp32 is allowed for any)"},
       {"--hf32", "", "fp32 only: round inputs to HF32 before multiplying (enable_hf32)"},
       {"--saturate", "", "clamp overflowing outputs to the largest finite value instead of inf/NaN"},
-      {"--threads", "T", "worker threads (default 0: all hardware threads)"},
+      {"--threads", "T", "worker threads (default 0: all hardware threads; at most 4 x that)"},
       {"--isa", "best|avx512_bf16|avx512|avx2|portable|reference", "engine instruction set (default best)"},
       {"--verbose", "", "print the resolved problem, the engine chosen and why others declined"},
   };
@@ -102,7 +102,8 @@ ParsedAttributes parse_attributes(const Args& args, bool geometry_optional) {
   if (const auto v = args.get("--output-dtype")) pa.output_dtype = parse_dtype_flag("--output-dtype", *v);
   if (args.has("--saturate")) pa.overflow = OverflowMode::saturate;
   if (const auto v = args.get("--threads")) {
-    pa.options.threads = static_cast<int>(parse_int("--threads", *v, 0, 4096));
+    // The upper limit depends on the machine; Plan checks it.
+    pa.options.threads = static_cast<int>(parse_int("--threads", *v, 0, std::numeric_limits<int>::max()));
   }
   if (const auto v = args.get("--isa")) {
     try {

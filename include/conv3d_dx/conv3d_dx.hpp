@@ -130,7 +130,9 @@ struct ProductVerdict {
 std::vector<ProductVerdict> ascend_compatibility(const Problem&);
 
 struct Options {
-  int threads = 0;  // 0: all hardware threads
+  // 0: all hardware threads; at most 4 x the hardware threads. When the system refuses to start that many,
+  // the plan runs with as many as it could start (Plan::threads() says how many), never fewer than one.
+  int threads = 0;
   Isa isa = Isa::best;
   bool verbose = false;  // log to stderr which engine runs and why others declined
 };

@@ -14,6 +14,20 @@
 
 namespace conv3d_dx::testing {
 
+// Whether this build runs under AddressSanitizer or ThreadSanitizer: their runtimes reserve terabytes of
+// address space and run threads of their own, so tests that limit memory or fork skip there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizedBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitizedBuild = true;
+#else
+constexpr bool kSanitizedBuild = false;
+#endif
+#else
+constexpr bool kSanitizedBuild = false;
+#endif
+
 // A problem in canonical terms; layouts and dtypes say how its tensors are stored.
 struct Case {
   std::int64_t N = 1, Cin = 4, Cout = 4, groups = 1;
