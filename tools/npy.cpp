@@ -1,10 +1,15 @@
 #include "npy.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <bit>
 #include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -318,37 +323,153 @@ void write(const std::string& path, const std::string& descr, const std::vector<
   if (!out) throw NpyError(system_error("cannot write " + path));
 }
 
+namespace {
+
+// The temporary file of the AtomicWriter in progress, removed by a handler when a signal stops the process.
+// One at a time: a second writer while one is armed gets no signal cleanup (the CLI writes one output).
+constexpr int kCleanupSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGPIPE, SIGXCPU, SIGXFSZ};
+constexpr std::size_t kSignals = sizeof kCleanupSignals / sizeof kCleanupSignals[0];
+char g_temp[PATH_MAX + 1];
+volatile std::sig_atomic_t g_armed = 0;
+struct sigaction g_previous[kSignals];
+bool g_replaced[kSignals];
+
+extern "C" void remove_temp_and_stop(int sig) {
+  if (g_armed) ::unlink(g_temp);
+  // SA_RESETHAND restored the default action; the signal is blocked until this returns, then it stops the
+  // process as it would have (the exit status names it).
+  ::raise(sig);
+}
+
+// Installs the handler for the signals whose action is the default (an ignored signal stays ignored).
+bool arm_cleanup(const std::string& temp) {
+  if (g_armed || temp.size() > PATH_MAX) return false;
+  std::memcpy(g_temp, temp.c_str(), temp.size() + 1);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g_armed = 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  for (std::size_t i = 0; i < kSignals; ++i) {
+    g_replaced[i] = false;
+    struct sigaction current {};
+    if (::sigaction(kCleanupSignals[i], nullptr, &current) != 0 || current.sa_handler != SIG_DFL) continue;
+    struct sigaction action {};
+    action.sa_handler = remove_temp_and_stop;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    g_replaced[i] = ::sigaction(kCleanupSignals[i], &action, &g_previous[i]) == 0;
+  }
+  return true;
+}
+
+void disarm_cleanup() {
+  for (std::size_t i = 0; i < kSignals; ++i)
+    if (g_replaced[i]) ::sigaction(kCleanupSignals[i], &g_previous[i], nullptr);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  g_armed = 0;
+}
+
+// The file a write to `path` must replace: symbolic links followed, also dangling ones (the file they name
+// is created). `st` receives the file's status and `exists` whether it exists.
+std::string follow_links(const std::string& path, struct stat& st, bool& exists) {
+  exists = ::stat(path.c_str(), &st) == 0;
+  if (exists) {
+    if (!S_ISREG(st.st_mode)) return path;  // written in place through the name as given
+    char* real = ::realpath(path.c_str(), nullptr);
+    if (real == nullptr) return path;
+    std::string resolved(real);
+    std::free(real);
+    return resolved;
+  }
+  if (errno != ENOENT) throw NpyError(system_error("cannot write the output file " + path));
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat link {};
+    if (::lstat(p.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) return p;
+    std::string target(static_cast<std::size_t>(link.st_size > 0 ? link.st_size : PATH_MAX) + 1, '\0');
+    const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    if (n < 0) throw NpyError(system_error("cannot follow the symbolic link " + p));
+    target.resize(static_cast<std::size_t>(n));
+    const std::filesystem::path from(p);
+    p = target.front() == '/' || !from.has_parent_path() ? target : (from.parent_path() / target).string();
+  }
+  throw NpyError("cannot write the output file " + path + ": more than 40 symbolic links to follow");
+}
+
+}  // namespace
+
 AtomicWriter::AtomicWriter(std::string path) : path_(std::move(path)) {
-  const std::filesystem::path target(path_);
-  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  for (int attempt = 0; fd_ < 0; ++attempt) {
-    temp_ = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                    std::to_string(attempt)))
-                .string();
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd_ < 0 && (errno != EEXIST || attempt > 100)) {
-      temp_.clear();
-      throw NpyError(system_error("cannot create the output file " + path_ + " (temporary file in " +
-                                  dir.string() + ")"));
+  struct stat st {};
+  bool exists = false;
+  target_ = follow_links(path_, st, exists);
+  if (exists && S_ISDIR(st.st_mode))
+    throw NpyError("cannot write the output file " + path_ + ": it is a directory");
+  if (exists && !S_ISREG(st.st_mode)) {  // a FIFO, a device, a terminal: written in place at commit
+    if (::access(target_.c_str(), W_OK) != 0) throw NpyError(system_error("cannot write " + path_));
+    in_place_ = true;
+    return;
+  }
+  const std::filesystem::path target(target_);
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  std::string name = dir + "/.c3dx-XXXXXX";  // short, so any name the directory takes works
+  fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd_ < 0)
+    throw NpyError(
+        system_error("cannot create the output file " + path_ + " (temporary file in " + dir + ")"));
+  temp_ = name;
+  arm_cleanup(temp_);
+  // The file keeps its owner (where the system allows) and mode; a new one gets 0666 less the umask.
+  if (exists) {
+    if ((st.st_uid != ::geteuid() || st.st_gid != ::getegid()) && ::fchown(fd_, st.st_uid, st.st_gid) != 0 &&
+        errno != EPERM) {
+      const NpyError error(system_error("cannot keep the owner of " + path_));
+      discard();
+      throw error;
     }
+    ::fchmod(fd_, st.st_mode & 07777);
+  } else {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd_, 0666 & ~mask);
   }
 }
 
-AtomicWriter::~AtomicWriter() {
+AtomicWriter::~AtomicWriter() { discard(); }
+
+void AtomicWriter::discard() noexcept {
   if (fd_ >= 0) ::close(fd_);
-  if (!temp_.empty()) ::unlink(temp_.c_str());
+  fd_ = -1;
+  if (!temp_.empty()) {
+    ::unlink(temp_.c_str());
+    temp_.clear();
+    disarm_cleanup();
+  }
 }
 
 void AtomicWriter::commit(const std::string& descr, const std::vector<std::int64_t>& shape, const void* data,
                           std::size_t bytes) {
   const std::string header = header_bytes(descr, shape);
+  if (in_place_) {
+    const int fd = ::open(target_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw NpyError(system_error("cannot write " + path_));
+    try {
+      write_all(fd, header.data(), header.size(), path_);
+      write_all(fd, data, bytes, path_);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (::close(fd) != 0) throw NpyError(system_error("cannot write " + path_));
+    return;
+  }
   write_all(fd_, header.data(), header.size(), path_);
   write_all(fd_, data, bytes, path_);
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) throw NpyError(system_error("cannot write " + path_));
-  if (std::rename(temp_.c_str(), path_.c_str()) != 0) throw NpyError(system_error("cannot create " + path_));
+  if (std::rename(temp_.c_str(), target_.c_str()) != 0)
+    throw NpyError(system_error("cannot create " + path_));
   temp_.clear();
+  disarm_cleanup();
 }
 
 }  // namespace conv3d_dx::npy

@@ -48,9 +48,14 @@ std::vector<std::byte> encode(const std::string& descr, const std::vector<std::i
 void write(const std::string& path, const std::string& descr, const std::vector<std::int64_t>& shape,
            const void* data, std::size_t bytes);
 
-// Writes a file atomically: create() makes a temporary file next to `path` (so an unwritable directory fails
-// before any work is done), commit() writes the data and renames it into place. If commit() is not reached or
-// fails, the temporary file is removed and `path` is left as it was.
+// Writes the output file. A regular file (or a new one) is written atomically: the constructor makes a short
+// temporary file next to it (so an unwritable directory fails before any work is done), commit() writes the
+// data and renames it into place, with the old file's mode and owner (the owner where the system allows it).
+// If commit() is not reached or fails, or the process is stopped by SIGHUP, SIGINT, SIGQUIT, SIGTERM,
+// SIGPIPE, SIGXCPU or SIGXFSZ meanwhile, the temporary file is removed and the file is left as it was.
+// Symbolic links are followed: the file they name is replaced, not the link. An existing output that is not a
+// regular file (a FIFO, a character device, /dev/stdout on a pipe or terminal) cannot be replaced: commit()
+// writes into it in place. A directory is refused by the constructor.
 class AtomicWriter {
  public:
   explicit AtomicWriter(std::string path);
@@ -62,7 +67,12 @@ class AtomicWriter {
               std::size_t bytes);
 
  private:
-  std::string path_, temp_;
+  void discard() noexcept;
+
+  std::string path_;    // as given, for messages
+  std::string target_;  // the file written: path_ with symbolic links followed
+  std::string temp_;    // the temporary file; empty in place or once renamed
+  bool in_place_ = false;
   int fd_ = -1;
 };
 

@@ -170,13 +170,17 @@ TEST(Npy, AtomicWriterLeavesNothingBehindUnlessCommitted) {
   EXPECT_EQ(npy::read(dir.file("y.npy")).shape, std::vector<std::int64_t>{3});
 
   EXPECT_THROW(npy::AtomicWriter(dir.file("no/such/dir/y.npy")), npy::NpyError);
-  // Renaming onto a directory fails at commit; the temporary file is removed.
+  // A directory is refused before anything is created.
   std::filesystem::create_directory(dir.file("sub"));
+  EXPECT_THROW(npy::AtomicWriter(dir.file("sub")), npy::NpyError);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"sub", "y.npy"}));
+  // Renaming fails at commit (the target became a directory meanwhile): the temporary file is removed.
   {
-    npy::AtomicWriter w(dir.file("sub"));
+    npy::AtomicWriter w(dir.file("late"));
+    std::filesystem::create_directory(dir.file("late"));
     EXPECT_THROW(w.commit("<f4", {3}, v, sizeof v), npy::NpyError);
   }
-  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"sub", "y.npy"}));
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"late", "sub", "y.npy"}));
 }
 
 }  // namespace

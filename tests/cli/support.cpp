@@ -1,6 +1,7 @@
 #include "support.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,22 +62,37 @@ std::string join(const std::vector<std::int64_t>& v) {
   return s;
 }
 
-ProcessResult run_cli(const std::vector<std::string>& args) {
-  TempDir dir;
-  const std::string out_path = dir.file("stdout"), err_path = dir.file("stderr");
+namespace {
+
+pid_t spawn(std::vector<std::string> argv, const std::string& out_path, const std::string& err_path) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> all = {CONV3D_DX_CLI};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGHUP, SIGINT, SIGTERM}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, CONV3D_DX_CLI, &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw std::runtime_error("cannot start " + std::string(CONV3D_DX_CLI));
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+  return pid;
+}
+
+}  // namespace
+
+ProcessResult run_program(const std::vector<std::string>& argv) {
+  TempDir dir;
+  const std::string out_path = dir.file("stdout"), err_path = dir.file("stderr");
+  const pid_t pid = spawn(argv, out_path, err_path);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
   }
@@ -85,6 +101,18 @@ ProcessResult run_cli(const std::vector<std::string>& args) {
   r.out = read_file(out_path);
   r.err = read_file(err_path);
   return r;
+}
+
+ProcessResult run_cli(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {CONV3D_DX_CLI};
+  all.insert(all.end(), args.begin(), args.end());
+  return run_program(all);
+}
+
+int start_cli(const std::vector<std::string>& args, const TempDir& logs) {
+  std::vector<std::string> all = {CONV3D_DX_CLI};
+  all.insert(all.end(), args.begin(), args.end());
+  return spawn(all, logs.file("stdout"), logs.file("stderr"));
 }
 
 std::array<std::int64_t, 5> in_layout(const std::array<std::int64_t, 5>& c, Layout layout, bool filter) {

@@ -33,6 +33,11 @@ struct ProcessResult {
 };
 // Runs the conv3d-dx executable with `args` and collects its exit status, stdout and stderr.
 ProcessResult run_cli(const std::vector<std::string>& args);
+// The same for any program: argv[0] is its path.
+ProcessResult run_program(const std::vector<std::string>& argv);
+// Starts conv3d-dx with `args` without waiting for it, stdout and stderr into files in `logs`, with SIGHUP,
+// SIGINT and SIGTERM at their default action. Returns the process id.
+int start_cli(const std::vector<std::string>& args, const TempDir& logs);
 
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& bytes);
