@@ -89,17 +89,32 @@ class CpuIsa : public ::testing::TestWithParam<Isa> {
   void SetUp() override {
     if (!cpu_supports(GetParam())) GTEST_SKIP() << "CPU lacks " << to_string(GetParam());
   }
-  // Runs the case (skipping dtypes the engine does not take) and checks it against the reference.
+  // Runs the case and checks it against the reference. A case whose inputs the engine does not take (the
+  // bf16 engine takes only bf16-exact ones) is counted instead, and each test asserts how many were.
   void check(const Case& c, std::mt19937_64& rng, Fill fill, const cpu::GemmTuning& tuning = {}) {
     Instance inst = instantiate(c, rng, fill);
     const Problem p = validate(inst.spec);
-    if (!takes(GetParam(), p)) return;
+    if (!takes(GetParam(), p)) {
+      ++declined_;
+      return;
+    }
+    ++ran_;
     run_gemm(p, inst, GetParam(), tuning);
     ASSERT_TRUE(matches_reference(p, inst)) << c.name();
     if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
       ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
     }
   }
+  // The bf16 engine declines `bf16_declines` of the test's cases (those with fp32 or fp16 inputs); the
+  // others decline none.
+  void expect_counts(int bf16_declines) {
+    const int want = GetParam() == Isa::avx512_bf16 ? bf16_declines : 0;
+    EXPECT_EQ(declined_, want) << "cases the engine declined";
+    EXPECT_GT(ran_, 0) << "cases run";
+    RecordProperty("declined", declined_);
+    RecordProperty("ran", ran_);
+  }
+  int declined_ = 0, ran_ = 0;
 };
 
 // Random small problems of every dtype, data format and filter format (groups, depthwise, strides 1..4,
@@ -117,6 +132,7 @@ TEST_P(CpuIsa, RandomSweepAllDtypesAndLayouts) {
           if (rep == 1 && t != DType::f32) c.overflow = OverflowMode::saturate;
           check(c, rng, rep % 2 ? Fill::random : Fill::small_integers);
         }
+  expect_counts(48);  // fp32 and fp16: 2 dtypes x 2 data formats x 3 filter formats x 4
 }
 
 // Channel blocks and pixel tiles at their edges: Cin_g = nv*lanes - 1, nv*lanes, nv*lanes + 1 and W phases
@@ -145,6 +161,7 @@ TEST_P(CpuIsa, TileEdges) {
               c.pad_back = {0, 1, 2};
               check(c, rng, dm == 0 ? Fill::random : Fill::small_integers, b.tuning);
             }
+  expect_counts(108);  // the fp32 half of 216
 }
 
 TEST_P(CpuIsa, GroupsDilationsAndLargeStrides) {
@@ -166,6 +183,7 @@ TEST_P(CpuIsa, GroupsDilationsAndLargeStrides) {
       c.groups = c.Cin = c.Cout = 20;  // depthwise
       check(c, rng, Fill::small_integers);
     }
+  expect_counts(4);  // fp32: 2 data formats x 2 cases
 }
 
 // Inputs of different dtypes (the Problem allows them; the operator front end promotes): fp16 dy with a
@@ -182,10 +200,15 @@ TEST_P(CpuIsa, MixedInputDtypes) {
     inst.filter = make_tensor(w_t, c.filter_format, {c.Cout, c.Cin, 3, 3, 3}, true, false);
     fill(inst.filter, rng, Fill::random);
     p.filter_dtype = w_t;
-    if (!takes(GetParam(), p)) continue;
+    if (!takes(GetParam(), p)) {
+      ++declined_;
+      continue;
+    }
+    ++ran_;
     run_gemm(p, inst, GetParam());
     EXPECT_TRUE(matches_reference(p, inst)) << to_string(dy_t) << " dy, " << to_string(w_t) << " filter";
   }
+  expect_counts(1);  // fp16 dy
 }
 
 // The same y bits for 1 and 2 threads (and for a re-run).
@@ -203,7 +226,11 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
       c.pad_back = {1, 0, 1};
       Instance inst = instantiate(c, rng, Fill::random);
       const Problem p = validate(inst.spec);
-      if (!takes(GetParam(), p)) continue;
+      if (!takes(GetParam(), p)) {
+        ++declined_;
+        continue;
+      }
+      ++ran_;
       run_gemm(p, inst, GetParam(), {}, 1);
       Tensor first = inst.y;
       for (int threads : {2, 2}) {
@@ -212,6 +239,7 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
         EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
       }
     }
+  expect_counts(2);  // fp32 in both data formats
 }
 
 // execute_with_filter may pack each channel block in the thread that uses it (enough blocks to share out
@@ -232,7 +260,11 @@ TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
       c.pad_back = {0, 1, 1};
       Instance inst = instantiate(c, rng, Fill::random);
       const Problem p = validate(inst.spec);
-      if (!takes(GetParam(), p)) continue;
+      if (!takes(GetParam(), p)) {
+        ++declined_;
+        continue;
+      }
+      ++ran_;
       run_gemm(p, inst, GetParam());
       ASSERT_TRUE(matches_reference(p, inst)) << c.name();
       Tensor first = inst.y;
@@ -250,6 +282,7 @@ TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
         EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads, packed";
       }
     }
+  expect_counts(2);  // fp32 in both data formats
 }
 
 // Plane mode (a task per y plane, taps in groups of (kd, kh) accumulated in a staging buffer) and unfused W
@@ -270,7 +303,11 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
         c.pad_back = {2, 1, 0};
         Instance inst = instantiate(c, rng, Fill::random);
         const Problem p = validate(inst.spec);
-        if (!takes(GetParam(), p)) continue;
+        if (!takes(GetParam(), p)) {
+          ++declined_;
+          continue;
+        }
+        ++ran_;
         run_gemm(p, inst, GetParam(), {0, 0, 0, 0});
         ASSERT_TRUE(matches_reference(p, inst)) << c.name();
         Tensor rows = inst.y;
@@ -285,6 +322,7 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
         run_gemm(p, inst, GetParam(), {0, 0, 0, 0, false});
         EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", W taps not fused";
       }
+  expect_counts(4);  // fp32: 2 data formats x 2 strides
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, CpuIsa, ::testing::ValuesIn(kFastIsas),
@@ -358,17 +396,30 @@ class CpuPixel : public ::testing::TestWithParam<bool> {
     const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
     if (!cpu_supports(isa)) GTEST_SKIP() << "CPU lacks " << to_string(isa);
   }
-  // Runs the case (skipping dtypes the bf16 variant does not take) and checks it against the reference.
+  // Runs the case and checks it against the reference. A case whose inputs the bf16 variant does not take is
+  // counted instead, and each test asserts how many were.
   void check(const Case& c, std::mt19937_64& rng, Fill fill) {
     Instance inst = instantiate(c, rng, fill);
     const Problem p = validate(inst.spec);
-    if (!takes(GetParam() ? Isa::avx512_bf16 : Isa::avx512, p)) return;
+    if (!takes(GetParam() ? Isa::avx512_bf16 : Isa::avx512, p)) {
+      ++declined_;
+      return;
+    }
+    ++ran_;
     run_pixel(p, inst, GetParam());
     ASSERT_TRUE(matches_reference(p, inst)) << c.name();
     if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
       ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
     }
   }
+  // The bf16 variant declines `bf16_declines` of the test's cases (fp32 or fp16 inputs); fp32 none.
+  void expect_counts(int bf16_declines) {
+    EXPECT_EQ(declined_, GetParam() ? bf16_declines : 0) << "cases the engine declined";
+    EXPECT_GT(ran_, 0) << "cases run";
+    RecordProperty("declined", declined_);
+    RecordProperty("ran", ran_);
+  }
+  int declined_ = 0, ran_ = 0;
 };
 
 TEST_P(CpuPixel, RandomSweepAllDtypesAndLayouts) {
@@ -384,6 +435,7 @@ TEST_P(CpuPixel, RandomSweepAllDtypesAndLayouts) {
           if (rep == 1 && t != DType::f32) c.overflow = OverflowMode::saturate;
           check(c, rng, rep % 2 ? Fill::random : Fill::small_integers);
         }
+  expect_counts(48);  // fp32 and fp16: 2 dtypes x 2 data formats x 3 filter formats x 4
 }
 
 // Every channel count the engine takes; W phases of 15..17, 31..33 and 63..65 pixels (vector edges, stride
@@ -416,6 +468,7 @@ TEST_P(CpuPixel, TileEdges) {
     c.pad_back = {0, 1, 1};
     check(c, rng, Fill::small_integers);
   }
+  expect_counts(0);  // the bf16 variant gets hif8 and bf16 only
 }
 
 // Channel-last y is written in blocks of groups covering 16 channels: full and partial blocks, Cin_g 1 and 2;
@@ -438,6 +491,7 @@ TEST_P(CpuPixel, DepthwiseAndGroupedBlocks) {
         c.y_dtype = DType::f32;
         check(c, rng, Fill::small_integers);
       }
+  expect_counts(8);  // fp32: 2 channel counts x 2 strides x 2 cases
 }
 
 TEST_P(CpuPixel, BitwiseIdenticalAcrossThreadCounts) {

@@ -1,5 +1,6 @@
 #include "support/testing.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -43,6 +44,12 @@ std::array<std::int64_t, 5> canonical_shape(const TensorView& v, bool filter) {
   std::array<std::int64_t, 5> s{};
   for (int i = 0; i < 5; ++i) s[i] = v.shape[position(v.layout, filter, i)];
   return s;
+}
+
+// HF32 rounding written independently of numeric's: 10 mantissa bits, ties away from zero.
+double round_hf32(double v) {
+  const auto u = std::bit_cast<std::uint32_t>(static_cast<float>(v));
+  return std::bit_cast<float>((u + 0x1000u) & ~0x1FFFu);
 }
 
 }  // namespace
@@ -245,6 +252,48 @@ double element(const Tensor& t, const std::array<std::int64_t, 5>& canonical_ind
   });
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " elements differ bitwise";
+}
+
+std::vector<double> brute_force_scatter(const Case& c, const Instance& inst) {
+  const auto o = c.out();
+  const std::int64_t Cin_g = c.Cin / c.groups, Cout_g = c.Cout / c.groups;
+  std::vector<double> y(static_cast<std::size_t>(c.N * c.Cin * c.in[0] * c.in[1] * c.in[2]), 0.0);
+  auto filter_at = [&](std::int64_t co, std::int64_t ci, std::int64_t kd, std::int64_t kh, std::int64_t kw) {
+    // Filters are read by position in their own layout, independently of the library's canonicalisation.
+    const TensorView& v = inst.filter.view;
+    std::array<std::int64_t, 5> at{};
+    if (v.layout == Layout::NCDHW) at = {co, ci, kd, kh, kw};
+    if (v.layout == Layout::NDHWC) at = {co, kd, kh, kw, ci};
+    if (v.layout == Layout::DHWCN) at = {kd, kh, kw, ci, co};
+    std::int64_t offset = 0;
+    for (int i = 0; i < 5; ++i) offset += at[i] * v.strides[i];
+    return static_cast<double>(numeric::load_f32(v.dtype, v.data, offset));
+  };
+  for (std::int64_t n = 0; n < c.N; ++n)
+    for (std::int64_t co = 0; co < c.Cout; ++co)
+      for (std::int64_t od = 0; od < o[0]; ++od)
+        for (std::int64_t oh = 0; oh < o[1]; ++oh)
+          for (std::int64_t ow = 0; ow < o[2]; ++ow) {
+            double g = element(inst.dy, {n, co, od, oh, ow});
+            if (c.hf32) g = round_hf32(g);
+            const std::int64_t group = co / Cout_g;
+            for (std::int64_t ci = 0; ci < Cin_g; ++ci)
+              for (std::int64_t kd = 0; kd < c.kernel[0]; ++kd)
+                for (std::int64_t kh = 0; kh < c.kernel[1]; ++kh)
+                  for (std::int64_t kw = 0; kw < c.kernel[2]; ++kw) {
+                    const std::int64_t id = od * c.stride[0] + kd * c.dilation[0] - c.pad_front[0];
+                    const std::int64_t ih = oh * c.stride[1] + kh * c.dilation[1] - c.pad_front[1];
+                    const std::int64_t iw = ow * c.stride[2] + kw * c.dilation[2] - c.pad_front[2];
+                    if (id < 0 || ih < 0 || iw < 0 || id >= c.in[0] || ih >= c.in[1] || iw >= c.in[2])
+                      continue;
+                    double w = filter_at(co, ci, kd, kh, kw);
+                    if (c.hf32) w = round_hf32(w);
+                    const std::int64_t channel = group * Cin_g + ci;
+                    y[static_cast<std::size_t>(
+                        (((n * c.Cin + channel) * c.in[0] + id) * c.in[1] + ih) * c.in[2] + iw)] += g * w;
+                  }
+          }
+  return y;
 }
 
 }  // namespace conv3d_dx::testing

@@ -108,6 +108,10 @@ double element(const Tensor& t, const std::array<std::int64_t, 5>& canonical_ind
 // y against the float64 reference: exact for fp32 sums that are exact; otherwise within docs/numerics.md
 // (fp32 error of a few units of 2^-24 times sum |dy*w|, then one rounding to the output type).
 ::testing::AssertionResult matches_reference(const Problem& p, const Instance& inst);
+// y in canonical contiguous order [N, Cin, Di, Hi, Wi] as float64 sums, computed independently of the
+// library's reference: every dy element scattered through every tap it reaches (inputs decoded and
+// HF32-rounded by code of its own). Exact on small integers, where it must equal reference::compute.
+std::vector<double> brute_force_scatter(const Case& c, const Instance& inst);
 // Bitwise equality of two y tensors over their logical elements.
 ::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b);
 
