@@ -231,6 +231,11 @@ def test_out_must_be_writable_and_not_overlap_the_inputs(rng):
         call(w, shared_dy, out=overlapping)
     assert info.value.parameter == "out"
     np.testing.assert_array_equal(buffer, before)
+    plan = conv3d_dx.Plan(INPUT_SIZE, w, shared_dy, STRIDES, CASE.pads, DILATIONS, groups=2)
+    with pytest.raises(ValueError, match="out .*overlaps .*out_backprop") as info:
+        plan.execute_packed(shared_dy, out=overlapping)
+    assert info.value.parameter == "out"
+    np.testing.assert_array_equal(buffer, before)
 
 
 def test_plan(rng):
