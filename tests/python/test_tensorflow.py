@@ -11,7 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import conv3d_dx  # noqa: E402
-from support import random_values  # noqa: E402
+from support import check, random_values  # noqa: E402
 
 
 def tf_pads(size, kernel, stride, padding):
@@ -48,7 +48,4 @@ def test_against_tensorflow(rng, dtype, padding):
         dy64, w64 = dy.astype(np.float64), w.astype(np.float64)
         expected = tf_dgrad(input_size, w64, dy64, stride, padding)
         abs_sum = tf_dgrad(input_size, np.abs(w64), np.abs(dy64), stride, padding)
-        terms = cout * math.prod(kernel)
-        tolerance = (2 + math.log2(terms)) * 2.0 ** -24 * abs_sum
-        assert np.all(np.abs(y - expected) <= tolerance), (
-            f"max error {np.max(np.abs(y - expected))} for {input_size} k{kernel} s{stride} {padding}")
+        check(y, "fp32", expected, abs_sum, cout * math.prod(kernel))
