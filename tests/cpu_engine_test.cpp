@@ -285,8 +285,9 @@ TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
   expect_counts(2);  // fp32 in both data formats
 }
 
-// Plane mode (a task per y plane, taps in groups of (kd, kh) accumulated in a staging buffer) and unfused W
-// taps sum in the same order as the default, so all give the same bits; and they match the reference.
+// Plane mode (a task per group of y planes, taps in groups of (kd, kh) accumulated in a staging buffer) and
+// unfused W taps sum in the same order as the default, so all give the same bits; and they match the
+// reference.
 TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
   std::mt19937_64 rng(59);
   for (DType t : {DType::f32, DType::bf16})
@@ -294,6 +295,7 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
       for (std::int64_t s : {1, 2}) {
         Case c = with_dtype(Case{}, t);
         c.data_format = fmt;
+        c.N = 2;  // 10 planes: groups of 3 leave a remainder
         c.Cin = 21;
         c.Cout = 4;  // short sums: random data stays within the reference tolerance
         c.in = {5, 6, 13};
@@ -311,12 +313,16 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
         run_gemm(p, inst, GetParam(), {0, 0, 0, 0});
         ASSERT_TRUE(matches_reference(p, inst)) << c.name();
         Tensor rows = inst.y;
-        for (int dh_group : {1, 2, 5}) {
-          fill_canary(inst.y);
-          run_gemm(p, inst, GetParam(), {0, 0, 1, dh_group});
-          EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", tap groups of " << dh_group;
-          EXPECT_TRUE(padding_intact(inst.y)) << c.name();
-        }
+        for (int dh_group : {1, 2, 5})
+          for (int planes : {1, 3, 10}) {
+            fill_canary(inst.y);
+            cpu::GemmTuning tuning{0, 0, 1, dh_group};
+            tuning.planes_per_task = planes;
+            run_gemm(p, inst, GetParam(), tuning);
+            EXPECT_TRUE(same_bits(rows, inst.y))
+                << c.name() << ", tap groups of " << dh_group << ", " << planes << " planes per task";
+            EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+          }
         // Fused W taps sum in the same order as separate ones.
         fill_canary(inst.y);
         run_gemm(p, inst, GetParam(), {0, 0, 0, 0, false});

@@ -32,8 +32,8 @@ TEST_F(GemmConfigTest, LargeFiltersGetPlaneTasksSizedByTheL2) {
   c.Cin = c.Cout = 256;
   c.in = {3, 22, 40};
   const Problem p = problem_of(c);
-  const auto zen = cpu::gemm_config(p, with_l2(1 << 20), Isa::avx512);
-  const auto intel = cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512);
+  const auto zen = cpu::gemm_config(p, with_l2(1 << 20), Isa::avx512, 2);
+  const auto intel = cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512, 2);
   EXPECT_EQ(zen.nv * zen.lanes, 64);
   // One (kd, kh) of a 64-channel block: 3 kw x 256 co x 64 ci x 4 bytes = 192 KiB; 9 of them are 1.7 MiB.
   EXPECT_TRUE(zen.plane_mode) << zen.describe();
@@ -41,10 +41,14 @@ TEST_F(GemmConfigTest, LargeFiltersGetPlaneTasksSizedByTheL2) {
   EXPECT_TRUE(intel.plane_mode) << intel.describe();
   EXPECT_EQ(intel.dh_group, (768 << 10) / (192 << 10));
   EXPECT_TRUE(intel.staged);
+  // Plane groups: as many 22 x 40 x 64 fp32 planes (220 KiB) as the 512 KiB staging budget holds, with at
+  // least two tasks per thread among the 4 channel blocks x 3 planes.
+  EXPECT_EQ(intel.planes_per_task, 2);
+  EXPECT_EQ(cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512, 4).planes_per_task, 1);
 
   Case small = c;  // a filter that fits: row tasks
   small.Cin = small.Cout = 16;
-  const auto rows = cpu::gemm_config(problem_of(small), with_l2(1 << 20), Isa::avx512);
+  const auto rows = cpu::gemm_config(problem_of(small), with_l2(1 << 20), Isa::avx512, 2);
   EXPECT_FALSE(rows.plane_mode) << rows.describe();
   EXPECT_EQ(rows.dh_group, 9);
   EXPECT_EQ(rows.nv, 1);  // no wider than the channels
@@ -54,18 +58,18 @@ TEST_F(GemmConfigTest, DyInPlaceOnlyInTheComputeType) {
   Case c;
   c.Cin = c.Cout = 32;
   const CpuModel cpu = host_cpu_model();
-  EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512).direct_dy);  // fp32 NDHWC
+  EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2).direct_dy);  // fp32 NDHWC
   Case few = c;
   few.data_format = Layout::NCDHW;
   few.Cout = 8;  // strided channels, too few per tap to read in place
-  EXPECT_FALSE(cpu::gemm_config(problem_of(few), cpu, Isa::avx512).direct_dy);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(few), cpu, Isa::avx512, 2).direct_dy);
   Case hf32 = c;
   hf32.hf32 = true;  // rounding on the way in
-  EXPECT_FALSE(cpu::gemm_config(problem_of(hf32), cpu, Isa::avx512).direct_dy);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(hf32), cpu, Isa::avx512, 2).direct_dy);
   const Case bf16 = with_dtype(c, DType::bf16);
-  EXPECT_FALSE(cpu::gemm_config(problem_of(bf16), cpu, Isa::avx512).direct_dy);  // widened to fp32
+  EXPECT_FALSE(cpu::gemm_config(problem_of(bf16), cpu, Isa::avx512, 2).direct_dy);  // widened to fp32
   if (cpu_supports(Isa::avx512_bf16)) {
-    const auto pairs = cpu::gemm_config(problem_of(bf16), cpu, Isa::avx512_bf16);
+    const auto pairs = cpu::gemm_config(problem_of(bf16), cpu, Isa::avx512_bf16, 2);
     EXPECT_TRUE(pairs.bf16);
     EXPECT_TRUE(pairs.direct_dy) << pairs.describe();
   }
@@ -76,16 +80,16 @@ TEST_F(GemmConfigTest, WTapsFuseOnlyWhenTheirDyPixelsAreConsecutive) {
   c.Cin = c.Cout = 16;
   c.kernel = {1, 1, 3};
   const CpuModel cpu = host_cpu_model();
-  EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512).fuse_w);
+  EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2).fuse_w);
   Case dilated = c;
   dilated.dilation = {1, 1, 2};  // stride 1: taps two dy pixels apart
-  EXPECT_FALSE(cpu::gemm_config(problem_of(dilated), cpu, Isa::avx512).fuse_w);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(dilated), cpu, Isa::avx512, 2).fuse_w);
   Case strided = dilated;
   strided.stride = {1, 1, 2};  // dilation divides stride: each phase's taps are adjacent again
-  EXPECT_TRUE(cpu::gemm_config(problem_of(strided), cpu, Isa::avx512).fuse_w);
+  EXPECT_TRUE(cpu::gemm_config(problem_of(strided), cpu, Isa::avx512, 2).fuse_w);
   cpu::GemmTuning off;
   off.fuse_w = false;
-  EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, off).fuse_w);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2, off).fuse_w);
 }
 
 TEST_F(GemmConfigTest, TuningOverridesAndDescription) {
@@ -96,7 +100,7 @@ TEST_F(GemmConfigTest, TuningOverridesAndDescription) {
   t.max_m = 3;
   t.plane = 1;
   t.dh_group = 2;
-  const auto config = cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::avx512, t);
+  const auto config = cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::avx512, 2, t);
   EXPECT_EQ(config.nv, 2);
   EXPECT_EQ(config.max_m[2], 3);
   EXPECT_TRUE(config.plane_mode);

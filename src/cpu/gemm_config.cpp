@@ -12,13 +12,16 @@ std::string GemmConfig::describe() const {
                   ", channel blocks of " + std::to_string(nv * lanes) + ", tiles up to " +
                   std::to_string(max_m[nv]) + " pixels, dy " + (direct_dy ? "in place" : "converted") +
                   (fuse_w ? ", W taps fused" : "");
-  if (plane_mode) s += ", plane tasks with tap groups of " + std::to_string(dh_group) + " (kd, kh)";
+  if (plane_mode)
+    s += ", tasks of " + std::to_string(planes_per_task) + " planes with tap groups of " +
+         std::to_string(dh_group) + " (kd, kh)";
   if (staged && !plane_mode) s += ", rows staged";
   return s + "; L2 budgets " + std::to_string(weight_budget >> 10) + " KiB filter, " +
          std::to_string(plane_budget >> 10) + " KiB plane";
 }
 
-GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, const GemmTuning& tuning) {
+GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threads,
+                       const GemmTuning& tuning) {
   const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
   GemmConfig c;
   c.isa = isa;
@@ -68,6 +71,14 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, const Gem
   c.dh_group = !c.plane_mode ? dh_taps
                              : (tuning.dh_group > 0 ? tuning.dh_group
                                                     : std::max<std::int64_t>(1, c.weight_budget / dh_bytes));
+  if (c.plane_mode) {
+    const std::int64_t plane_bytes = p.in[1] * p.in[2] * block_width * 4, planes = p.N * p.in[0];
+    const std::int64_t blocks = p.G * ceil_div(p.Cin_g, block_width);  // tasks per plane group
+    const std::int64_t for_threads = std::max<std::int64_t>(1, blocks * planes / (2 * std::int64_t{threads}));
+    c.planes_per_task = tuning.planes_per_task > 0 ? std::min<std::int64_t>(tuning.planes_per_task, planes)
+                                                   : std::clamp<std::int64_t>(c.plane_budget / plane_bytes, 1,
+                                                                              std::min(planes, for_threads));
+  }
   // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
   // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
   c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.in[2] * block_width <= (std::int64_t{1} << 20));

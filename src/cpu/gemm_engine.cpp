@@ -70,17 +70,12 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t dh_taps = p.kernel[0] * p.kernel[1];
     for (std::int64_t dh = 0; dh < dh_taps; dh += config.dh_group)
       dh_groups_.push_back({dh, std::min(dh + config.dh_group, dh_taps)});
-    for (std::int64_t id = 0; id < p.in[0]; ++id) {
-      if (config.plane_mode) {
-        units_.push_back({id, 0, p.in[1]});
-      } else {
-        for (std::int64_t ih = 0; ih < p.in[1]; ++ih) units_.push_back({id, ih, ih + 1});
-      }
-    }
     tiny_blocks_.assign(static_cast<std::size_t>(p.G) * blocks_.size(), 0);
-    tasks_per_block_ = p.N * static_cast<std::int64_t>(units_.size());
+    // A task is a group of y planes (plane mode) or one y row, of one channel block.
+    const std::int64_t planes = p.N * p.in[0];
+    tasks_per_block_ = config.plane_mode ? ceil_div(planes, config.planes_per_task) : planes * p.in[1];
     const std::int64_t cbw_max = static_cast<std::int64_t>(config.nv) * lanes_;
-    tile_floats_ = config.plane_mode ? p.in[1] * p.in[2] * cbw_max
+    tile_floats_ = config.plane_mode ? config.planes_per_task * p.in[1] * p.in[2] * cbw_max
                    : config.staged   ? p.in[2] * cbw_max
                                      : kMaxM * cbw_max;
   }
@@ -287,14 +282,17 @@ class GemmEngine final : public EngineImpl {
     return any_tiny();
   }
 
-  // One task: rows [ih0, ih1) of y plane (n, g, id) for one channel block, every W phase. Tasks are
-  // numbered block by block (group, channel block), then by n and unit, so a block's tasks are consecutive.
-  // tiny_dy: dy holds a bf16 value too small for vdpbf16ps.
+  // One task, for one channel block: y planes [q0, q1) (q = n * Di + id) in plane mode, else row ih of plane
+  // q0, every W phase. Tasks are numbered block by block (group, channel block), then by plane and row, so
+  // a block's tasks are consecutive. tiny_dy: dy holds a bf16 value too small for vdpbf16ps.
   void run_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch) const {
-    const std::int64_t nunits = static_cast<std::int64_t>(units_.size()),
-                       nb = static_cast<std::int64_t>(blocks_.size());
-    const Unit& u = units_[static_cast<std::size_t>(t % nunits)];
-    const std::int64_t gb = t / tasks_per_block_, n = t / nunits % p_.N, g = gb / nb;
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), gb = t / tasks_per_block_,
+                       r = t % tasks_per_block_, g = gb / nb;
+    const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
+    const std::int64_t ppt = config_.planes_per_task;
+    const std::int64_t q0 = config_.plane_mode ? r * ppt : r / H.in,
+                       q1 = config_.plane_mode ? std::min(q0 + ppt, p_.N * D.in) : q0 + 1;
+    const std::int64_t ih0 = config_.plane_mode ? 0 : r % H.in, ih1 = config_.plane_mode ? H.in : ih0 + 1;
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
     // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
     const TileFn(*fns_nv)[kMaxM + 1] = !bf16_ ? ks_.f32
@@ -303,64 +301,68 @@ class GemmEngine final : public EngineImpl {
                                            : ks_.bf16;
     TapRef* taps = scratch.taps.data();
     float* tile = static_cast<float*>(align64(scratch.tile.data()));
-    const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
-    const std::int64_t jd = D.j_of(u.id);
-    const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(u.id))];
-
     const char* wblock = static_cast<const char*>(wpack_.get()) + (g * group_w_ + b.w_off) * elem_;
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
                        steps = bf16_ ? kpad_ / 2 : kpad_;
-    const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_) * elem_;
     const TileFn* fns = fns_nv[b.nv];
     const int max_m = config_.max_m[b.nv];
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
-    if (config_.plane_mode) std::fill(tile, tile + (u.ih1 - u.ih0) * W.in * cbw, 0.0f);
+    const std::int64_t row_floats = W.in * cbw, plane_floats = (ih1 - ih0) * row_floats;
+    if (config_.plane_mode) std::fill(tile, tile + (q1 - q0) * plane_floats, 0.0f);
 
+    // In plane mode the taps come in groups whose filter fits in L2, each reused across all planes.
     for (const auto& [dh_begin, dh_end] : dh_groups_) {
-      for (std::int64_t ih = u.ih0; ih < u.ih1; ++ih) {
-        const std::int64_t jh = H.j_of(ih);
-        const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
-        float* row = tile + (ih - u.ih0) * W.in * cbw;
-        for (const AxisPhase& PW : W.phases) {
-          if (PW.count == 0) continue;
-          const std::int64_t nblk = ceil_div(PW.count, max_m);
-          // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap) has the tap
-          // list of the previous such tile shifted by the pixels between them: reuse it.
-          std::int64_t ntaps = 0, built_j0 = 0;
-          bool built_inside = false;
-          for (std::int64_t k = 0; k < nblk; ++k) {
-            const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
-            const bool inside =
-                !PW.taps.empty() && j0 + PW.taps.back().off >= 0 && j0 + m - 1 + PW.taps.front().off < W.out;
-            if (inside && built_inside) {
-              for (std::int64_t i = 0; i < ntaps; ++i) {
-                taps[i].dy_off += (j0 - built_j0) * dy_w_;
-                taps[i].hi = static_cast<std::int32_t>(m);
+      for (std::int64_t q = q0; q < q1; ++q) {
+        const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id);
+        const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
+        const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_) * elem_;
+        for (std::int64_t ih = ih0; ih < ih1; ++ih) {
+          const std::int64_t jh = H.j_of(ih);
+          const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
+          float* row = tile + (q - q0) * plane_floats + (ih - ih0) * row_floats;
+          for (const AxisPhase& PW : W.phases) {
+            if (PW.count == 0) continue;
+            const std::int64_t nblk = ceil_div(PW.count, max_m);
+            // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap) has the tap
+            // list of the previous such tile shifted by the pixels between them: reuse it.
+            std::int64_t ntaps = 0, built_j0 = 0;
+            bool built_inside = false;
+            for (std::int64_t k = 0; k < nblk; ++k) {
+              const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
+              const bool inside = !PW.taps.empty() && j0 + PW.taps.back().off >= 0 &&
+                                  j0 + m - 1 + PW.taps.front().off < W.out;
+              if (inside && built_inside) {
+                for (std::int64_t i = 0; i < ntaps; ++i) {
+                  taps[i].dy_off += (j0 - built_j0) * dy_w_;
+                  taps[i].hi = static_cast<std::int32_t>(m);
+                }
+                built_j0 = j0;
+              } else {
+                built_inside = inside;
+                built_j0 = j0;
+                ntaps =
+                    build_taps(PD, PH, PW, jd, jh, dh_begin, dh_end, j0, m, wblock, tap_bytes, steps, taps);
               }
-              built_j0 = j0;
-            } else {
-              built_inside = inside;
-              built_j0 = j0;
-              ntaps = build_taps(PD, PH, PW, jd, jh, dh_begin, dh_end, j0, m, wblock, tap_bytes, steps, taps);
-            }
-            const std::int64_t iw0 = PW.first + W.stride * j0;
-            if (config_.plane_mode) {
-              if (ntaps > 0)
-                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
-            } else if (config_.staged) {
-              fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
-            } else {
-              fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
-              store_tile(tile, m, cbw, valid, n, g * p_.Cin_g + b.ci0, u.id, ih, iw0, W.stride, y);
+              const std::int64_t iw0 = PW.first + W.stride * j0;
+              if (config_.plane_mode) {
+                if (ntaps > 0)
+                  fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
+              } else if (config_.staged) {
+                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
+              } else {
+                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
+                store_tile(tile, m, cbw, valid, n, g * p_.Cin_g + b.ci0, id, ih, iw0, W.stride, y);
+              }
             }
           }
         }
       }
     }
     if (config_.staged)
-      for (std::int64_t ih = u.ih0; ih < u.ih1; ++ih)
-        store_tile(tile + (ih - u.ih0) * W.in * cbw, W.in, cbw, valid, n, g * p_.Cin_g + b.ci0, u.id, ih, 0,
-                   1, y);
+      for (std::int64_t q = q0; q < q1; ++q)
+        for (std::int64_t ih = ih0; ih < ih1; ++ih)
+          store_tile(tile + (q - q0) * plane_floats + (ih - ih0) * row_floats, W.in, cbw, valid, q / D.in,
+                     g * p_.Cin_g + b.ci0, q % D.in, ih, 0, 1, y);
   }
 
   // The taps of the tile of m pixels from j0 of W phase PW in y row (jd of PD, jh of PH), for the (kd, kh)
@@ -443,14 +445,10 @@ class GemmEngine final : public EngineImpl {
   std::int64_t group_w_ = 0;  // packed elements per group
   AlignedPtr wpack_;
   std::vector<unsigned char> tiny_blocks_;  // per (group, channel block): it holds a tiny bf16 value
-  std::int64_t tasks_per_block_ = 0;        // N x units
-  std::int64_t tile_floats_ = 0;            // per-thread output staging: a tile, a y row or a y plane
+  std::int64_t tasks_per_block_ = 0;        // plane groups or rows
+  std::int64_t tile_floats_ = 0;  // per-thread output staging: a tile, a y row or a group of y planes
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,
                dy_w_ = 0;  // compute-type element strides
-  struct Unit {
-    std::int64_t id, ih0, ih1;  // rows [ih0, ih1) of y plane id
-  };
-  std::vector<Unit> units_;
   std::vector<std::pair<std::int64_t, std::int64_t>>
       dh_groups_;  // [begin, end) of kd * kH + kh per tap group
   Reader dy_reader_, w_reader_;
@@ -463,8 +461,9 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
   why_not = fast_engine_refusal(isa, request, isa == Isa::avx512_bf16);
   if (!why_not.empty()) return nullptr;
   const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
-  return std::make_unique<GemmEngine>(request.problem, request.threads, ks,
-                                      gemm_config(request.problem, request.cpu, isa, tuning));
+  return std::make_unique<GemmEngine>(
+      request.problem, request.threads, ks,
+      gemm_config(request.problem, request.cpu, isa, request.threads, tuning));
 }
 
 std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest& r, std::string& why_not) {

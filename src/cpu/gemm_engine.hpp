@@ -13,11 +13,12 @@ namespace conv3d_dx::cpu {
 
 // Blocking overrides for tests and tuning; 0 keeps the engine's choice.
 struct GemmTuning {
-  int nv = 0;          // vectors of input channels per block
-  int max_m = 0;       // largest tile width in pixels
-  int plane = -1;      // 1: a task is a whole y plane, taps in groups of (kd, kh); 0: a task is one row
-  int dh_group = 0;    // (kd, kh) pairs per tap group in plane mode
-  bool fuse_w = true;  // fuse the W taps of a phase into one reduction where dy allows
+  int nv = 0;               // vectors of input channels per block
+  int max_m = 0;            // largest tile width in pixels
+  int plane = -1;           // 1: a task is a whole y plane, taps in groups of (kd, kh); 0: a task is one row
+  int dh_group = 0;         // (kd, kh) pairs per tap group in plane mode
+  bool fuse_w = true;       // fuse the W taps of a phase into one reduction where dy allows
+  int planes_per_task = 0;  // in plane mode
 };
 
 // Every choice the engine makes for a problem on a CPU, decided in one step from the problem, the CPU's
@@ -36,13 +37,16 @@ struct GemmConfig {
   // block's filter too large for L2 is reused across the plane; otherwise a task is one y row.
   bool plane_mode = false;
   std::int64_t dh_group = 1;
+  // Plane mode: y planes (of all images) per task, so a tap group's filter is reused across them all while
+  // it is in L2; as many as the staging budget holds, leaving tasks for every thread.
+  std::int64_t planes_per_task = 1;
   bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
   std::int64_t weight_budget = 0, plane_budget = 0;  // bytes of L2 for a block's filter, a staged plane
 
   std::string describe() const;
 };
 
-GemmConfig gemm_config(const Problem&, const CpuModel&, Isa isa, const GemmTuning& = {});
+GemmConfig gemm_config(const Problem&, const CpuModel&, Isa isa, int threads, const GemmTuning& = {});
 
 std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest&, std::string& why_not);
 std::unique_ptr<EngineImpl> make_gemm_avx512(const EngineRequest&, std::string& why_not);
