@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <stdexcept>
@@ -178,6 +178,43 @@ TEST(ThreadsParallelFor, ThreadsTheSystemRefusesFallBackToTheCaller) {
     return static_cast<bool>(matches_reference(plan.problem(), inst));
   });
   EXPECT_EQ(status, 0);
+}
+
+// Separate Plans (different engines and dtypes) executed on several threads at once, each with 2 threads of
+// its own: every result matches the reference (and ThreadSanitizer sees no race).
+TEST(ThreadsPlan, SeparatePlansRunOnSeveralThreadsAtOnce) {
+  const std::pair<DType, Isa> kinds[] = {{DType::f32, Isa::best},
+                                         {DType::bf16, Isa::best},
+                                         {DType::hif8, Isa::portable},
+                                         {DType::f16, Isa::best}};
+  std::vector<Instance> instances;
+  std::vector<Plan> plans;
+  std::mt19937_64 rng(5);
+  for (auto [t, isa] : kinds) {
+    Case c = with_dtype(Case{}, t);
+    c.Cin = 12;
+    c.Cout = 6;
+    c.in = {4, 6, 7};
+    c.stride = {1, 2, 1};
+    c.pad_front = {1, 1, 1};
+    instances.push_back(instantiate(c, rng, Fill::random));
+    Options o;
+    o.isa = isa;
+    o.threads = 2;
+    plans.emplace_back(validate(instances.back().spec), o);
+  }
+  std::vector<int> wrong(plans.size(), 0);
+  std::vector<std::thread> callers;
+  for (std::size_t i = 0; i < plans.size(); ++i)
+    callers.emplace_back([&, i] {
+      for (int round = 0; round < 5; ++round) {
+        Instance& inst = instances[i];
+        plans[i].execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
+        wrong[i] += !matches_reference(plans[i].problem(), inst);
+      }
+    });
+  for (auto& t : callers) t.join();
+  for (std::size_t i = 0; i < plans.size(); ++i) EXPECT_EQ(wrong[i], 0) << plans[i].engine_name();
 }
 
 TEST(ThreadsPlan, MoreThanFourPerHardwareThreadIsRefused) {

@@ -24,8 +24,10 @@ attributes; pads are [front, back, top, bottom, left, right].
 (C order; format versions 1.0, 2.0 and 3.0 are read). Without --dtype the files' type decides ('<u2' needs
 --dtype bf16, '|u1' needs --dtype hif8 or fp8_e4m3fn). y is written in the input dtype (or --output-dtype)
 with the same convention, C order, 4-D when input-size has 4 values (then 4-D inputs are accepted too, with
-D = 1 inserted). y is written to a temporary file and renamed into place, so on failure Y.npy is neither
-created nor changed.
+D = 1 inserted). y is written to a temporary file next to Y.npy and renamed into place, so on failure
+(including SIGINT, SIGTERM and SIGHUP) Y.npy is neither created nor changed and no temporary file is left;
+an existing Y.npy keeps its mode and owner, a symbolic link is followed, and an output that is not a regular
+file (a FIFO, a device, /dev/stdout on a pipe) is written in place.
 
 Exit status: 0 success; 2 invalid parameters, including files whose dtype, rank or shape contradict the
 parameters or each other; 1 other failures: a file that cannot be read or is not a usable .npy (missing,
