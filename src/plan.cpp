@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <new>
+#include <shared_mutex>
 #include <thread>
 
 #include "common/engine.hpp"
@@ -58,8 +60,10 @@ void require(const void* pointer, const char* name) {
 
 struct Plan::State {
   void create_engine();
-  // The caller's workspace, or the plan's own (allocated on first need) when the caller passes none.
-  void* workspace_for(void* given);
+  // Runs run(workspace) with the caller's workspace, else the plan's own (allocated on first need), else,
+  // while another call is using that one, a workspace of this call's own.
+  template <class Run>
+  void with_workspace(void* given, Run&& run);
 
   Problem problem;
   int threads = 1;
@@ -67,8 +71,11 @@ struct Plan::State {
   bool isa_named = false;  // by the caller, rather than detected
   std::unique_ptr<EngineImpl> engine;
   std::vector<std::string> declined;
-  std::vector<unsigned char> workspace;  // used when the caller passes none
+  // Calls that only read the packed filter (execute_packed) share this lock; calls that pack take it alone.
+  std::shared_mutex filter_mutex;
   bool filter_packed = false;
+  std::mutex workspace_mutex;  // held while a call uses `workspace`
+  std::vector<unsigned char> workspace;
 };
 
 void Plan::State::create_engine() {
@@ -132,33 +139,45 @@ Isa Plan::isa() const { return state_->isa; }
 
 void Plan::pack_filter(const void* filter) {
   require(filter, "filter");
-  state_->engine->pack_filter(filter);
-  state_->filter_packed = true;
+  State& s = *state_;
+  std::unique_lock lock(s.filter_mutex);
+  s.filter_packed = false;  // until the engine has packed all of it
+  s.engine->pack_filter(filter);
+  s.filter_packed = true;
 }
 
-void* Plan::State::workspace_for(void* given) {
+template <class Run>
+void Plan::State::with_workspace(void* given, Run&& run) {
   const std::size_t bytes = engine->workspace_bytes();
-  if (given != nullptr || bytes == 0) return given;
-  if (workspace.size() < bytes) {
+  if (given != nullptr || bytes == 0) return run(given);
+  const auto allocate = [bytes](std::vector<unsigned char>& buffer) {
+    if (buffer.size() >= bytes) return;
     try {
-      workspace.resize(bytes);
+      buffer.resize(bytes);
     } catch (const std::bad_alloc&) {
       throw Error(ErrorCode::out_of_memory, "workspace",
-                  "workspace of " + std::to_string(bytes) + " bytes could not be allocated");
+                  "out of memory: needs " + std::to_string(bytes) + " bytes for the workspace");
     }
+  };
+  if (std::unique_lock lock(workspace_mutex, std::try_to_lock); lock.owns_lock()) {
+    allocate(workspace);
+    return run(workspace.data());
   }
-  return workspace.data();
+  std::vector<unsigned char> own;
+  allocate(own);
+  run(own.data());
 }
 
 void Plan::execute_packed(const void* out_backprop, void* y, void* workspace) {
   State& s = *state_;
+  std::shared_lock lock(s.filter_mutex);
   if (!s.filter_packed)
     throw Error(ErrorCode::invalid_argument, "filter", "filter has not been packed: call pack_filter first");
   if (s.problem.y_elements() == 0) return;  // N == 0: an empty y, nothing to read or write
   require(out_backprop, "out_backprop");
   require(y, "y");
   require_y_disjoint(s.problem, out_backprop, nullptr, y);  // the packed filter is the engine's own copy
-  s.engine->execute(out_backprop, y, s.workspace_for(workspace));
+  s.with_workspace(workspace, [&](void* ws) { s.engine->execute(out_backprop, y, ws); });
 }
 
 void Plan::execute(const void* out_backprop, const void* filter, void* y, void* workspace) {
@@ -171,10 +190,12 @@ void Plan::execute(const void* out_backprop, const void* filter, void* y, void* 
   require(out_backprop, "out_backprop");
   require(y, "y");
   require_y_disjoint(s.problem, out_backprop, filter, y);
-  void* ws = s.workspace_for(workspace);
-  s.filter_packed = false;  // until the engine has packed all of it
-  s.engine->execute_with_filter(out_backprop, filter, y, ws);
-  s.filter_packed = true;
+  std::unique_lock lock(s.filter_mutex);
+  s.with_workspace(workspace, [&](void* ws) {
+    s.filter_packed = false;  // until the engine has packed all of it
+    s.engine->execute_with_filter(out_backprop, filter, y, ws);
+    s.filter_packed = true;
+  });
 }
 
 void conv3d_backprop_input(const ProblemSpec& spec, const Options& options) {

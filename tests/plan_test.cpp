@@ -1,8 +1,10 @@
 // The Plan API end to end: whichever engine the CPU gets by default, and the reference engine, against the
 // oracle over random sweeps of every dtype and layout, plus the edge cases of docs/operator.md (edge
 // shapes, unreached positions, huge strides, 4-value input_size).
+#include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <thread>
 
 #include "common/engine.hpp"
 #include "numeric/numeric.hpp"
@@ -196,6 +198,51 @@ TEST(Plan, BitwiseIdenticalForOneAndTwoThreads) {
       run(inst, options);
       ASSERT_EQ(one.bytes, inst.y.bytes) << c.name();
     }
+}
+
+// One Plan shared by threads: execute_packed calls run side by side, each with the plan's workspace or one
+// of its own, while other threads repack the filter; every result is exactly one filter's, never a mixture.
+TEST(PlanConcurrency, SharedPlanGivesWholeResultsToEveryThread) {
+  std::mt19937_64 rng(16);
+  Case c = with_dtype(Case{}, DType::f16);  // fp16 dy is converted: the engine needs a workspace
+  c.Cin = 24;
+  c.Cout = 20;
+  c.in = {4, 9, 11};
+  Instance inst = instantiate(c, rng, Fill::random);
+  Tensor other = inst.filter;
+  fill(other, rng, Fill::random);
+  const Problem p = validate(inst.spec);
+  Options options;
+  options.threads = 2;
+  Plan plan(p, options);
+  std::vector<Tensor> expected;
+  for (const Tensor* w : {&inst.filter, &other}) {
+    plan.execute(inst.dy.view.data, w->view.data, inst.y.view.data);
+    expected.push_back(inst.y);
+  }
+  ASSERT_FALSE(same_bits(expected[0], expected[1]));
+  if (plan.workspace_bytes() == 0) GTEST_SKIP() << plan.engine_name() << " needs no workspace here";
+  plan.pack_filter(inst.filter.view.data);
+
+  std::atomic<int> mixed{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      Tensor y = inst.y;
+      for (int i = 0; i < 20; ++i) {
+        if (t == 3) {  // repacks, alternating the filters
+          const int k = i % 2;
+          plan.execute(inst.dy.view.data, (k ? other : inst.filter).view.data, y.view.data);
+          wrong += !same_bits(y, expected[static_cast<std::size_t>(k)]);
+        } else {
+          plan.execute_packed(inst.dy.view.data, y.view.data);
+          mixed += !same_bits(y, expected[0]) && !same_bits(y, expected[1]);
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mixed.load(), 0) << "execute_packed results that are neither filter's";
+  EXPECT_EQ(wrong.load(), 0) << "execute results that are not their filter's";
 }
 
 TEST(Plan, PackOnceExecuteMany) {

@@ -139,7 +139,10 @@ struct Options {
 
 class EngineImpl;
 
-// Plan once, execute many times. Not safe to execute one Plan from several threads at once.
+// Plan once, execute many times. Threads may share a Plan: execute_packed calls run concurrently (each with
+// the caller's workspace, the plan's own, or one of its own while another call holds that); pack_filter and
+// execute, which repack the filter, wait for the calls in progress and run alone. A Plan's problem, engine
+// and threads never change after construction.
 class Plan {
  public:
   explicit Plan(const Problem&, const Options& = {});

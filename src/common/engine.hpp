@@ -22,8 +22,9 @@ class EngineImpl {
   virtual std::size_t workspace_bytes() const { return 0; }
   // Read the filter (laid out as problem.filter_strides say) into the engine's own form.
   virtual void pack_filter(const void* filter) = 0;
-  // Compute y from dy with the last packed filter. Must not throw once started; y is fully written.
-  virtual void execute(const void* dy, void* y, void* workspace) = 0;
+  // Compute y from dy with the last packed filter. Must not throw once started; y is fully written. Changes
+  // nothing in the engine, so concurrent calls with separate workspaces are safe.
+  virtual void execute(const void* dy, void* y, void* workspace) const = 0;
   // pack_filter then execute, bitwise the same; an engine may overlap the two (each thread packing the part
   // of the filter it is about to use while it is hot in cache). The filter stays packed afterwards.
   virtual void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace) {

@@ -67,7 +67,7 @@ class DirectEngine final : public EngineImpl {
     });
   }
 
-  void execute(const void* dy, void* y, void* workspace) override {
+  void execute(const void* dy, void* y, void* workspace) const override {
     float* dyf = static_cast<float*>(workspace);
     widen_dy(dy, dyf);
     const std::int64_t rows = p_.N * p_.G * p_.in[0] * p_.in[1];

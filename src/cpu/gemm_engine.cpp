@@ -95,7 +95,7 @@ class GemmEngine final : public EngineImpl {
                  });
   }
 
-  void execute(const void* dy, void* y, void* workspace) override {
+  void execute(const void* dy, void* y, void* workspace) const override {
     if (p_.N == 0) return;
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
     parallel_for(threads_, static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_,

@@ -107,7 +107,7 @@ class PixelEngine final : public EngineImpl {
     tiny_filter_ = std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
-  void execute(const void* dy, void* y, void* workspace) override {
+  void execute(const void* dy, void* y, void* workspace) const override {
     if (p_.N == 0) return;
     const void* src = dy;
     bool tiny_dy = false;

@@ -74,7 +74,7 @@ class PointwiseEngine final : public EngineImpl {
     tiny_filter_ = std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
-  void execute(const void* dy, void* y, void* /*workspace*/) override {
+  void execute(const void* dy, void* y, void* /*workspace*/) const override {
     if (p_.N == 0) return;
     parallel_for(threads_, p_.N * p_.G * runs_, [&](std::int64_t begin, std::int64_t end) {
       std::vector<float> panel(static_cast<std::size_t>(k_ * kWidth + 16));  // 4-byte units

@@ -83,7 +83,7 @@ class ReferenceEngine final : public EngineImpl {
                           size);
             }
   }
-  void execute(const void* dy, void* y, void* /*workspace*/) override {
+  void execute(const void* dy, void* y, void* /*workspace*/) const override {
     const std::vector<double> values = reference::compute(p_, dy, filter_.data());
     const auto& s = p_.y_strides;
     std::size_t index = 0;
