@@ -4,11 +4,13 @@
 #include <iostream>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <shared_mutex>
 #include <thread>
 
 #include "common/engine.hpp"
 #include "common/parallel.hpp"
+#include "problem/checked.hpp"
 #include "problem/overlap.hpp"
 
 namespace conv3d_dx {
@@ -58,6 +60,25 @@ void require(const void* pointer, const char* name) {
 
 }  // namespace
 
+std::int64_t EngineMemory::total(int threads) const {
+  return saturating_add(saturating_add(packed, workspace), saturating_mul(per_thread, threads));
+}
+
+std::string EngineMemory::describe(int threads) const {
+  return std::to_string(total(threads)) + " bytes (packed filter and tables " + std::to_string(packed) +
+         ", workspace " + std::to_string(workspace) + ", " + std::to_string(threads) + " threads x " +
+         std::to_string(per_thread) + " scratch)";
+}
+
+void check_memory(const EngineRequest& request, const std::string& engine, const EngineMemory& memory) {
+  const std::int64_t needed = memory.total(request.threads);
+  if (request.max_memory_bytes > 0 && needed > request.max_memory_bytes)
+    throw OutOfMemory("max_memory",
+                      "out of memory: " + engine + " needs " + memory.describe(request.threads) +
+                          " but max_memory is " + std::to_string(request.max_memory_bytes),
+                      needed);
+}
+
 struct Plan::State {
   void create_engine();
   // Runs run(workspace) with the caller's workspace, else the plan's own (allocated on first need), else,
@@ -69,6 +90,7 @@ struct Plan::State {
   int threads = 1;
   Isa isa = Isa::portable;
   bool isa_named = false;  // by the caller, rather than detected
+  std::int64_t max_memory_bytes = 0;
   std::unique_ptr<EngineImpl> engine;
   std::vector<std::string> declined;
   // Calls that only read the packed filter (execute_packed) share this lock; calls that pack take it alone.
@@ -85,19 +107,29 @@ void Plan::State::create_engine() {
   }
   EngineRequest request{problem, threads, isa};
   request.isa_named = isa_named;
+  request.max_memory_bytes = max_memory_bytes;
+  // An engine out of memory (above the limit, or refused by the allocator) declines: a leaner one may fit.
+  // When none fits, the error is the leanest engine's.
+  std::optional<OutOfMemory> leanest;
+  const auto note = [&](const OutOfMemory& e) {
+    if (!leanest || e.needed() < leanest->needed()) leanest = e;
+  };
   for (const EngineFactory& factory : cpu_engines()) {
     std::string why_not;
     try {
       engine = factory.create(request, why_not);
-    } catch (const std::bad_alloc&) {  // e.g. tables sized by a huge stride: a leaner engine may still fit
-      why_not = "not enough memory for its tables";
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::out_of_memory) throw;
+    } catch (const OutOfMemory& e) {
+      note(e);
       why_not = e.what();
+    } catch (const std::bad_alloc&) {
+      note(OutOfMemory("", std::string("out of memory: ") + factory.name + "'s tables could not be allocated",
+                       INT64_MAX));
+      why_not = "out of memory for its tables";
     }
     if (engine) return;
     declined.push_back(std::string(factory.name) + ": " + why_not);
   }
+  if (leanest) throw *leanest;
   throw Error(ErrorCode::internal, "", "no engine accepts the problem " + problem.describe());
 }
 
@@ -108,10 +140,15 @@ Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_un
   // Start the workers now, on the planning thread; with fewer than asked for, the plan runs with those.
   s.threads = reserve_threads(requested);
   s.isa = resolve_isa(options.isa, s.isa_named);
+  if (options.max_memory_bytes < 0)
+    throw Error(
+        ErrorCode::invalid_argument, "max_memory",
+        "max_memory is " + std::to_string(options.max_memory_bytes) + " but must be >= 0 (0: no limit)");
+  s.max_memory_bytes = options.max_memory_bytes;
   try {
     s.create_engine();
   } catch (const std::bad_alloc&) {
-    throw Error(ErrorCode::out_of_memory, "", "not enough memory to plan " + problem.describe());
+    throw Error(ErrorCode::out_of_memory, "", "out of memory while planning " + problem.describe());
   }
   if (options.verbose) {
     std::cerr << "conv3d-dx: cpu " << host_cpu_model().describe() << '\n';

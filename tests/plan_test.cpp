@@ -302,6 +302,63 @@ TEST(Plan, OverflowModes) {
     }
 }
 
+// Options::max_memory_bytes: engines that would need more decline, a leaner one takes the problem, and when
+// none fits Plan throws out_of_memory naming max_memory and the bytes the leanest engine needs.
+TEST(PlanMemory, EnginesAboveTheLimitDeclineAndTheLeanestIsNamed) {
+  std::mt19937_64 rng(17);
+  Case c = with_dtype(Case{}, DType::bf16);
+  c.Cin = 40;
+  c.Cout = 24;
+  Instance inst = instantiate(c, rng, Fill::random);
+  const Problem p = validate(inst.spec);
+  Options options;
+  options.max_memory_bytes = 1;
+  std::int64_t leanest = 0;  // what the leanest engine needs, from the message
+  try {
+    Plan plan(p, options);
+    ADD_FAILURE() << "planned within 1 byte with " << plan.engine_name();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::out_of_memory);
+    EXPECT_EQ(e.parameter(), "max_memory");
+    EXPECT_EQ(what.rfind("out of memory: ", 0), 0u) << what;
+    EXPECT_NE(what.find("but max_memory is 1"), std::string::npos) << what;
+    const std::size_t at = what.find(" needs ");
+    ASSERT_NE(at, std::string::npos) << what;
+    leanest = std::stoll(what.substr(at + 7));
+  }
+  // The estimate is the admission rule, to the byte; the plan then runs correctly.
+  ASSERT_GT(leanest, 0);
+  options.max_memory_bytes = leanest - 1;
+  EXPECT_THROW(Plan(p, options), Error);
+  options.max_memory_bytes = leanest;
+  EXPECT_NO_THROW(Plan(p, options));
+  run(inst, options);
+  EXPECT_TRUE(matches_reference(p, inst));
+  options.max_memory_bytes = -1;
+  EXPECT_THROW(Plan(p, options), Error);
+}
+
+// The portable engine's planning memory does not grow with y: a 2^31 - 1 pixel axis reached by a stride of
+// 2^30 (dy has 2 pixels) plans within a few kilobytes. Tables per y position would need tens of gigabytes.
+TEST(PlanMemory, PortableEngineNeedsNoTablesPerPosition) {
+  Problem p;
+  p.N = 1;
+  p.Cin_g = p.Cout_g = 2;
+  p.in = {1, 1, 2147483647};
+  p.kernel = {1, 1, 3};
+  p.stride = {1, 1, std::int64_t{1} << 30};
+  p.out = {1, 1, 2};
+  p.dy_strides = {4, 2, 2, 2, 1};
+  p.filter_strides = {6, 3, 3, 3, 1};
+  p.y_strides = {2 * p.in[2], p.in[2], p.in[2], p.in[2], 1};
+  Options options;
+  options.isa = Isa::portable;
+  options.max_memory_bytes = 64 << 10;
+  const Plan plan(p, options);
+  EXPECT_EQ(plan.engine_name(), "direct");
+}
+
 TEST(Plan, RevalidatesHandMadeProblems) {
   std::mt19937_64 rng(18);
   Instance inst = instantiate(random_case(rng, DType::f32, Layout::NDHWC, Layout::NCDHW), rng, Fill::random);

@@ -1,5 +1,6 @@
 #include "problem_args.hpp"
 
+#include <cctype>
 #include <limits>
 
 namespace conv3d_dx::cli {
@@ -20,6 +21,8 @@ std::vector<FlagSpec> attribute_flags() {
       {"--threads", "T", "worker threads (default 0: all hardware threads; at most 4 x that)"},
       {"--isa", "best|avx512_bf16|avx512|avx2|portable|reference", "engine instruction set (default best)"},
       {"--verbose", "", "print the resolved problem, the engine chosen and why others declined"},
+      {"--max-memory", "BYTES",
+       "most memory the plan may allocate beyond the tensors; K, M, G suffixes (default: no limit)"},
   };
 }
 
@@ -114,6 +117,7 @@ ParsedAttributes parse_attributes(const Args& args, bool geometry_optional) {
     }
   }
   pa.options.verbose = args.has("--verbose");
+  if (const auto v = args.get("--max-memory")) pa.options.max_memory_bytes = parse_bytes("--max-memory", *v);
   return pa;
 }
 
@@ -148,9 +152,23 @@ std::vector<std::int64_t> y_file_shape(const ParsedAttributes& pa) { return pa.a
 CliError from_library_error(const Error& e) {
   const bool invalid = e.code() == ErrorCode::invalid_argument || e.code() == ErrorCode::null_pointer ||
                        e.code() == ErrorCode::size_overflow || e.code() == ErrorCode::unsupported;
-  const std::string what =
-      e.parameter().empty() ? std::string(e.what()) : "invalid " + e.parameter() + ": " + e.what();
+  // Only invalid parameters are named as such; "out of memory: ..." and the like speak for themselves.
+  const std::string what = invalid && !e.parameter().empty() ? "invalid " + e.parameter() + ": " + e.what()
+                                                             : std::string(e.what());
   return CliError(invalid ? 2 : 1, what);
+}
+
+std::int64_t parse_bytes(const std::string& flag, const std::string& text) {
+  static constexpr std::pair<char, int> kSuffixes[] = {{'K', 10}, {'M', 20}, {'G', 30}, {'T', 40}};
+  int shift = 0;
+  std::string digits = text;
+  const char last =
+      digits.empty() ? '\0' : static_cast<char>(std::toupper(static_cast<unsigned char>(digits.back())));
+  for (const auto& [suffix, bits] : kSuffixes)
+    if (last == suffix) shift = bits;
+  if (shift > 0) digits.pop_back();
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max() >> shift;
+  return parse_int(flag, digits, 0, max) << shift;
 }
 
 std::int64_t element_count(const Shape5& shape) {

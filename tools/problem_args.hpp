@@ -16,7 +16,7 @@ namespace conv3d_dx::cli {
 using Shape5 = std::array<std::int64_t, 5>;
 
 // --input-size, --strides, --pads, --dilations, --groups, --data-format, --filter-format, --dtype,
-// --output-dtype, --hf32, --saturate, --threads, --isa, --verbose.
+// --output-dtype, --hf32, --saturate, --threads, --isa, --verbose, --max-memory.
 std::vector<FlagSpec> attribute_flags();
 
 struct ParsedAttributes {
@@ -48,6 +48,9 @@ std::vector<std::int64_t> y_file_shape(const ParsedAttributes& pa);
 // Maps a library error to the CLI's: "invalid <parameter>: <message>", exit 2 for invalid parameters,
 // 1 for resource and internal failures.
 CliError from_library_error(const Error& e);
+
+// A byte count: digits with an optional K, M, G or T suffix (powers of 1024); a CliError names the flag.
+std::int64_t parse_bytes(const std::string& flag, const std::string& text);
 
 // The element count of a contiguous 5-D shape.
 std::int64_t element_count(const Shape5& shape);

@@ -135,6 +135,9 @@ struct Options {
   int threads = 0;
   Isa isa = Isa::best;
   bool verbose = false;  // log to stderr which engine runs and why others declined
+  // Most bytes a Plan may allocate (packed filter, tables, workspace, per-thread scratch; not the caller's
+  // tensors); 0: no limit. Engines that would need more decline; when all do, Plan throws out_of_memory.
+  std::int64_t max_memory_bytes = 0;
 };
 
 class EngineImpl;

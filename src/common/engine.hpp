@@ -33,6 +33,25 @@ class EngineImpl {
   }
 };
 
+// What an engine allocates, estimated before it allocates anything: its packed filter and tables, the
+// workspace execute() uses, and each thread's scratch. Sums saturate rather than overflow.
+struct EngineMemory {
+  std::int64_t packed = 0, workspace = 0, per_thread = 0;
+  std::int64_t total(int threads) const;
+  std::string describe(int threads) const;  // "N bytes (packed filter and tables P, workspace W, ...)"
+};
+
+// An engine that would need more memory than the request allows, or whose allocation failed.
+class OutOfMemory : public Error {
+ public:
+  OutOfMemory(std::string parameter, const std::string& message, std::int64_t needed)
+      : Error(ErrorCode::out_of_memory, std::move(parameter), message), needed_(needed) {}
+  std::int64_t needed() const noexcept { return needed_; }
+
+ private:
+  std::int64_t needed_;
+};
+
 struct EngineRequest {
   const Problem& problem;
   int threads;  // resolved, >= 1
@@ -41,7 +60,12 @@ struct EngineRequest {
   // The caller named the ISA (Options::isa or CONV3D_DX_ISA): its own kernels run even where the cost
   // table prefers others (bf16 through vdpbf16ps on a CPU where widening to fp32 is faster).
   bool isa_named = false;
+  std::int64_t max_memory_bytes = 0;  // Options::max_memory_bytes
 };
+
+// Throws OutOfMemory naming max_memory when `memory` is above the request's limit. Engines call it before
+// their first large allocation.
+void check_memory(const EngineRequest&, const std::string& engine, const EngineMemory&);
 
 struct EngineFactory {
   const char* name;

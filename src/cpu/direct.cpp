@@ -2,49 +2,60 @@
 // scratch, then every y element gathers its taps in a fixed order. Correct for everything; not fast.
 #include "cpu/direct.hpp"
 
+#include <new>
 #include <vector>
 
 #include "common/parallel.hpp"
 #include "numeric/numeric.hpp"
+#include "problem/checked.hpp"
 
 namespace conv3d_dx {
 namespace {
 
-// For one spatial axis, the (kernel index, dy index) pairs that reach each y index, in kernel order.
+// The (kernel index, dy index) pairs of one spatial axis that reach y index i, in kernel order: k with
+// i + pad - k * dilation = o * stride for some 0 <= o < out. Found by walking the kernel, so no table grows
+// with the tensor (a y axis of 2^31 positions needs nothing per position).
 struct AxisTaps {
-  std::vector<std::int64_t> begin;  // size in + 1: taps of y index i are [begin[i], begin[i+1])
-  std::vector<std::int64_t> k, o;
+  std::int64_t out, kernel, stride, dilation, pad;
 
-  AxisTaps(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride, std::int64_t dilation,
-           std::int64_t pad) {
-    begin.push_back(0);
-    for (std::int64_t i = 0; i < in; ++i) {
-      for (std::int64_t kk = 0; kk < kernel; ++kk) {
-        const std::int64_t pos = i + pad - kk * dilation;
-        if (pos < 0 || pos % stride != 0 || pos / stride >= out) continue;
-        k.push_back(kk);
-        o.push_back(pos / stride);
-      }
-      begin.push_back(static_cast<std::int64_t>(k.size()));
+  template <class F>
+  void for_each(std::int64_t i, F&& f) const {
+    for (std::int64_t k = 0; k < kernel; ++k) {
+      const std::int64_t pos = i + pad - k * dilation;
+      if (pos < 0) break;  // pos only decreases with k
+      if (pos % stride == 0 && pos / stride < out) f(k, pos / stride);
     }
   }
 };
 
 class DirectEngine final : public EngineImpl {
  public:
-  DirectEngine(const Problem& p, int threads)
-      : p_(p),
-        threads_(threads),
-        taps_{AxisTaps(p.in[0], p.out[0], p.kernel[0], p.stride[0], p.dilation[0], p.pad_front[0]),
-              AxisTaps(p.in[1], p.out[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]),
-              AxisTaps(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2])},
-        filter_(
-            static_cast<std::size_t>(p.G * p.Cin_g * p.Cout_g * p.kernel[0] * p.kernel[1] * p.kernel[2])) {}
+  explicit DirectEngine(const EngineRequest& request)
+      : p_(request.problem),
+        threads_(request.threads),
+        taps_{AxisTaps{p_.out[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]},
+              AxisTaps{p_.out[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]},
+              AxisTaps{p_.out[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2]}} {
+    const std::int64_t filter_floats =
+        saturating_mul(saturating_mul(p_.G * p_.Cin_g, p_.Cout_g),
+                       saturating_mul(p_.kernel[0] * p_.kernel[1], p_.kernel[2]));
+    check_memory(request, name(),
+                 {saturating_mul(filter_floats, 4), static_cast<std::int64_t>(workspace_bytes()), 0});
+    try {
+      filter_.resize(static_cast<std::size_t>(filter_floats));
+    } catch (const std::bad_alloc&) {
+      throw OutOfMemory("",
+                        "out of memory: needs " + std::to_string(filter_floats * 4) + " bytes for the filter",
+                        filter_floats * 4);
+    }
+  }
 
   std::string name() const override { return "direct"; }
 
   std::size_t workspace_bytes() const override {
-    return static_cast<std::size_t>(p_.N * p_.Cout() * p_.out[0] * p_.out[1] * p_.out[2]) * sizeof(float);
+    const std::int64_t dy =
+        saturating_mul(p_.N * p_.Cout(), saturating_mul(p_.out[0] * p_.out[1], p_.out[2]));
+    return static_cast<std::size_t>(saturating_mul(dy, 4));
   }
 
   // Packed as [g][ci][kd][kh][kw][co] so the innermost loop of the gather is contiguous.
@@ -109,13 +120,15 @@ class DirectEngine final : public EngineImpl {
       for (std::int64_t ci = 0; ci < p_.Cin_g; ++ci) {
         const float* w_ci = filter_.data() + (g * p_.Cin_g + ci) * taps * Co;
         float acc = 0.0f;
-        for (std::int64_t td = D.begin[id]; td < D.begin[id + 1]; ++td)
-          for (std::int64_t th = H.begin[ih]; th < H.begin[ih + 1]; ++th)
-            for (std::int64_t tw = W.begin[iw]; tw < W.begin[iw + 1]; ++tw) {
-              const float* w = w_ci + ((D.k[td] * p_.kernel[1] + H.k[th]) * p_.kernel[2] + W.k[tw]) * Co;
-              const float* d = dy_group + ((D.o[td] * p_.out[1] + H.o[th]) * p_.out[2] + W.o[tw]) * Co;
+        D.for_each(id, [&](std::int64_t kd, std::int64_t od) {
+          H.for_each(ih, [&](std::int64_t kh, std::int64_t oh) {
+            W.for_each(iw, [&](std::int64_t kw, std::int64_t ow) {
+              const float* w = w_ci + ((kd * p_.kernel[1] + kh) * p_.kernel[2] + kw) * Co;
+              const float* d = dy_group + ((od * p_.out[1] + oh) * p_.out[2] + ow) * Co;
               for (std::int64_t co = 0; co < Co; ++co) acc += d[co] * w[co];
-            }
+            });
+          });
+        });
         const std::int64_t dst =
             n * ys[0] + (g * p_.Cin_g + ci) * ys[1] + id * ys[2] + ih * ys[3] + iw * ys[4];
         numeric::store_f32(p_.y_dtype, y, dst, acc, p_.overflow);
@@ -132,7 +145,7 @@ class DirectEngine final : public EngineImpl {
 }  // namespace
 
 std::unique_ptr<EngineImpl> make_direct_engine(const EngineRequest& request, std::string&) {
-  return std::make_unique<DirectEngine>(request.problem, request.threads);
+  return std::make_unique<DirectEngine>(request);
 }
 
 }  // namespace conv3d_dx

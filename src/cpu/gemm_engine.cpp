@@ -12,27 +12,34 @@
 #include "cpu/kernels.hpp"
 #include "cpu/support.hpp"
 #include "numeric/numeric.hpp"
+#include "problem/checked.hpp"
 
 namespace conv3d_dx::cpu {
 namespace {
 
 class GemmEngine final : public EngineImpl {
  public:
-  GemmEngine(const Problem& p, int threads, const KernelSet& ks, const GemmConfig& config)
-      : p_(p),
-        threads_(threads),
+  GemmEngine(const EngineRequest& request, const KernelSet& ks, const GemmConfig& config)
+      : p_(request.problem),
+        threads_(request.threads),
         ks_(ks),
         config_(config),
         bf16_(config.bf16),
-        ax_{Axis(p.in[0], p.out[0], p.kernel[0], p.stride[0], p.dilation[0], p.pad_front[0]),
-            Axis(p.in[1], p.out[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]),
-            Axis(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2])},
+        ax_{Axis(p_.in[0], p_.out[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]),
+            Axis(p_.in[1], p_.out[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]),
+            Axis(p_.in[2], p_.out[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2])},
         lanes_(config.lanes),
         elem_(bf16_ ? 2 : 4),
-        kpad_(bf16_ ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g),
-        dy_reader_(p.dy_dtype, p.input_rounding),
-        w_reader_(p.filter_dtype, p.input_rounding) {
+        kpad_(bf16_ ? (p_.Cout_g + 1) / 2 * 2 : p_.Cout_g),
+        dy_reader_(p_.dy_dtype, p_.input_rounding),
+        w_reader_(p_.filter_dtype, p_.input_rounding) {
+    const Problem& p = p_;
     taps_ = p.kernel[0] * p.kernel[1] * p.kernel[2];
+    const std::int64_t cbw_max = static_cast<std::int64_t>(config.nv) * lanes_;
+    tile_floats_ = config.plane_mode ? config.planes_per_task * p.in[1] * p.in[2] * cbw_max
+                   : config.staged   ? p.in[2] * cbw_max
+                                     : kMaxM * cbw_max;
+    check_memory(request, name(), memory());
     // Channel blocks of config.nv vectors; the last one may be narrower.
     std::int64_t w_off = 0;
     for (std::int64_t ci0 = 0; ci0 < p.Cin_g;) {
@@ -42,7 +49,7 @@ class GemmEngine final : public EngineImpl {
       ci0 += nv * lanes_;
     }
     group_w_ = w_off;
-    wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * group_w_ * elem_));
+    wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * group_w_ * elem_), "the packed filter");
     for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
       for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
         for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw)
@@ -74,18 +81,33 @@ class GemmEngine final : public EngineImpl {
     // A task is a group of y planes (plane mode) or one y row, of one channel block.
     const std::int64_t planes = p.N * p.in[0];
     tasks_per_block_ = config.plane_mode ? ceil_div(planes, config.planes_per_task) : planes * p.in[1];
-    const std::int64_t cbw_max = static_cast<std::int64_t>(config.nv) * lanes_;
-    tile_floats_ = config.plane_mode ? config.planes_per_task * p.in[1] * p.in[2] * cbw_max
-                   : config.staged   ? p.in[2] * cbw_max
-                                     : kMaxM * cbw_max;
   }
 
   std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
   std::string config() const override { return config_.describe(); }
 
-  std::size_t workspace_bytes() const override {
-    if (config_.direct_dy) return 0;
-    return static_cast<std::size_t>(p_.N * dy_n_ * elem_) + 64;
+  std::size_t workspace_bytes() const override { return static_cast<std::size_t>(memory().workspace); }
+
+  // From the problem and the configuration alone, before anything is allocated.
+  EngineMemory memory() const {
+    const Problem& p = p_;
+    const std::int64_t padded_cin = saturating_mul(ceil_div(p.Cin_g, lanes_), lanes_);
+    const std::int64_t packed =
+        saturating_mul(saturating_mul(saturating_mul(p.G, taps_), saturating_mul(kpad_, padded_cin)), elem_);
+    // Tap offsets and positions, channel blocks, per-block flags, the three axes' phase tables.
+    std::int64_t tables =
+        saturating_add(saturating_mul(taps_, 16), saturating_mul(p.G, padded_cin / lanes_ * 33));
+    for (int a = 0; a < 3; ++a)
+      tables = saturating_add(
+          tables, saturating_add(saturating_mul(p.stride[a], 64), saturating_mul(p.kernel[a], 24)));
+    const std::int64_t dy_elements =
+        saturating_mul(saturating_mul(p.N * p.G, p.out[0] * p.out[1]), saturating_mul(p.out[2], kpad_));
+    const std::int64_t workspace =
+        config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
+    const std::int64_t scratch =
+        saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
+                       saturating_mul(saturating_add(tile_floats_, 16), 4));
+    return {saturating_add(packed, tables), workspace, scratch};
   }
 
   void pack_filter(const void* filter) override {
@@ -462,8 +484,7 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
   if (!why_not.empty()) return nullptr;
   const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
   return std::make_unique<GemmEngine>(
-      request.problem, request.threads, ks,
-      gemm_config(request.problem, request.cpu, isa, request.threads, tuning));
+      request, ks, gemm_config(request.problem, request.cpu, isa, request.threads, tuning));
 }
 
 std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest& r, std::string& why_not) {

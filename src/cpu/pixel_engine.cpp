@@ -7,6 +7,7 @@
 #include "cpu/geometry.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/support.hpp"
+#include "problem/checked.hpp"
 
 namespace conv3d_dx::cpu {
 namespace {
@@ -15,18 +16,19 @@ constexpr int kLanes = 16;
 
 class PixelEngine final : public EngineImpl {
  public:
-  PixelEngine(const Problem& p, int threads, const KernelSet& ks, bool pairs)
-      : p_(p),
-        threads_(threads),
+  PixelEngine(const EngineRequest& request, const KernelSet& ks, bool pairs)
+      : p_(request.problem),
+        threads_(request.threads),
         ks_(ks),
         pairs_(pairs),
-        k_(pairs ? (p.Cout_g + 1) / 2 : p.Cout_g),
-        ax_{Axis(p.in[0], p.out[0], p.kernel[0], p.stride[0], p.dilation[0], p.pad_front[0]),
-            Axis(p.in[1], p.out[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]),
-            Axis(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2])},
-        ci_(static_cast<int>(p.Cin_g)),
-        dy_reader_(p.dy_dtype, p.input_rounding),
-        w_reader_(p.filter_dtype, p.input_rounding) {
+        k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
+        ax_{Axis(p_.in[0], p_.out[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]),
+            Axis(p_.in[1], p_.out[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]),
+            Axis(p_.in[2], p_.out[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2])},
+        ci_(static_cast<int>(p_.Cin_g)),
+        dy_reader_(p_.dy_dtype, p_.input_rounding),
+        w_reader_(p_.filter_dtype, p_.input_rounding) {
+    const Problem& p = p_;
     // Vectors per row: enough for the widest W phase, within what the kernel set offers for ci_.
     std::int64_t widest = 1;
     for (const AxisPhase& ph : ax_[2].phases) widest = std::max(widest, ph.count);
@@ -38,8 +40,6 @@ class PixelEngine final : public EngineImpl {
       for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
         for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw)
           tap_src_.push_back(kd * p.filter_strides[2] + kh * p.filter_strides[3] + kw * p.filter_strides[4]);
-    const std::int64_t taps = static_cast<std::int64_t>(tap_src_.size());
-    wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * taps * k_ * ci_) * 4);
 
     // dy channel-first: fp32 in place when it already is, else converted into the workspace (bf16 pairs of
     // channels interleaved per pixel, the odd channel of an odd Cout_g zero).
@@ -63,6 +63,8 @@ class PixelEngine final : public EngineImpl {
     stage_row_ = halves_ ? 2 * ceil_div(p.in[2], 2) : p.in[2];
     // Channel-last y: blocks of groups covering 16 channels (see run_task).
     gblock_ = p.y_strides[1] == 1 ? std::max<std::int64_t>(1, kLanes / ci_) : 1;
+    check_memory(request, name(), memory());
+    wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed_floats()) * 4, "the packed filter");
     // Row groups: up to rows_ consecutive rows of one H phase in one D plane.
     for (std::int64_t id = 0; id < p.in[0]; ++id)
       for (std::int64_t ph = 0; ph < p.stride[1]; ++ph)
@@ -72,8 +74,21 @@ class PixelEngine final : public EngineImpl {
 
   std::string name() const override { return pairs_ ? "pixel_avx512_bf16" : "pixel_avx512"; }
 
-  std::size_t workspace_bytes() const override {
-    return direct_dy_ ? 0 : static_cast<std::size_t>(p_.N * dy_n_) * 4 + 64;
+  std::size_t workspace_bytes() const override { return static_cast<std::size_t>(memory().workspace); }
+
+  // Once the blocking is chosen, before the packed filter and the row groups are allocated.
+  EngineMemory memory() const {
+    const std::int64_t taps = static_cast<std::int64_t>(tap_src_.size());
+    const std::int64_t groups = saturating_mul(p_.in[0], p_.in[1]);  // row groups: at most one per y row
+    const std::int64_t tables = saturating_add(
+        saturating_mul(taps, 8), saturating_mul(groups, static_cast<std::int64_t>(sizeof(Group))));
+    const std::int64_t dy_units =
+        saturating_mul(saturating_mul(p_.N * p_.G, k_), p_.out[0] * p_.out[1] * p_.out[2]);
+    const std::int64_t per_thread =
+        saturating_add(saturating_mul(taps, static_cast<std::int64_t>(sizeof(PixTap))),
+                       saturating_mul(saturating_add(tile_floats(), stage_floats()), 4));
+    return {saturating_add(saturating_mul(packed_floats(), 4), tables),
+            direct_dy_ ? 0 : saturating_add(saturating_mul(dy_units, 4), 64), per_thread};
   }
 
   // [g][tap][co][ci] fp32, or [g][tap][co / 2][ci][2] bf16.
@@ -126,15 +141,22 @@ class PixelEngine final : public EngineImpl {
     const std::int64_t tasks = p_.N * ceil_div(p_.G, gblock_) * static_cast<std::int64_t>(groups_.size());
     parallel_for(threads_, tasks, [&](std::int64_t begin, std::int64_t end) {
       std::vector<PixTap> taps(tap_src_.size());
-      std::vector<float> tile(static_cast<std::size_t>(gblock_ * ci_ * rows_ * p_vec_ * kLanes + 16));
-      std::vector<float> stage(
-          static_cast<std::size_t>(stage_w_ ? gblock_ * ci_ * rows_ * stage_row_ + p_.in[2] : 0));
+      std::vector<float> tile(static_cast<std::size_t>(tile_floats()));
+      std::vector<float> stage(static_cast<std::size_t>(stage_floats()));
       for (std::int64_t t = begin; t < end; ++t)
         run_task(t, src, y, fn, taps.data(), static_cast<float*>(align64(tile.data())), stage.data());
     });
   }
 
  private:
+  std::int64_t packed_floats() const {
+    return saturating_mul(saturating_mul(p_.G, static_cast<std::int64_t>(tap_src_.size())), k_ * ci_);
+  }
+  std::int64_t tile_floats() const { return gblock_ * ci_ * rows_ * p_vec_ * kLanes + 16; }
+  std::int64_t stage_floats() const {
+    return stage_w_ ? saturating_add(saturating_mul(gblock_ * ci_ * rows_, stage_row_), p_.in[2]) : 0;
+  }
+
   struct Group {
     std::int64_t id, ph, j0;  // D index, H phase, first row (j) of the phase
   };
@@ -319,7 +341,7 @@ std::unique_ptr<EngineImpl> make_pixel(const EngineRequest& request, Isa isa, st
     why_not = "Cin/groups is " + std::to_string(p.Cin_g) + ", more than " + std::to_string(kMaxPixCi);
     return nullptr;
   }
-  return std::make_unique<PixelEngine>(p, request.threads, avx512_kernels(), pairs);
+  return std::make_unique<PixelEngine>(request, avx512_kernels(), pairs);
 }
 
 }  // namespace

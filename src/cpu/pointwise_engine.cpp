@@ -7,6 +7,7 @@
 #include "common/parallel.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/support.hpp"
+#include "problem/checked.hpp"
 
 namespace conv3d_dx::cpu {
 namespace {
@@ -19,22 +20,26 @@ constexpr std::int64_t kMaxPanelSteps = std::int64_t{1} << 18;  // a 32 MiB pane
 
 class PointwiseEngine final : public EngineImpl {
  public:
-  PointwiseEngine(const Problem& p, int threads, const KernelSet& ks, bool pairs)
-      : p_(p),
-        threads_(threads),
+  PointwiseEngine(const EngineRequest& request, const KernelSet& ks, bool pairs)
+      : p_(request.problem),
+        threads_(request.threads),
         ks_(ks),
         pairs_(pairs),
-        k_(pairs ? (p.Cout_g + 1) / 2 : p.Cout_g),
-        units_(ceil_div(p.Cin_g, kUnit)),
-        pixels_(p.in[0] * p.in[1] * p.in[2]),
-        dy_reader_(p.dy_dtype, p.input_rounding),
-        w_reader_(p.filter_dtype, p.input_rounding) {
-    wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * units_ * k_ * kUnit) * 4);
+        k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
+        units_(ceil_div(p_.Cin_g, kUnit)),
+        pixels_(p_.in[0] * p_.in[1] * p_.in[2]),
+        dy_reader_(p_.dy_dtype, p_.input_rounding),
+        w_reader_(p_.filter_dtype, p_.input_rounding) {
+    const Problem& p = p_;
+    // The packed filter; per thread a dy panel and an output tile (see execute); no workspace.
+    const std::int64_t packed = saturating_mul(saturating_mul(p.G * units_, k_), kUnit * 4);
+    check_memory(request, name(), {packed, 0, (saturating_mul(k_, kWidth) + kUnit * kWidth + 32) * 4});
+    wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed), "the packed filter");
     // Each image's pixels are cut into runs of whole tiles, enough of them to share out. A pixel's sum does
     // not depend on which tile holds it, so neither does the result.
     const std::int64_t tiles = ceil_div(pixels_, kWidth), images = p.N * p.G;
     const std::int64_t cuts =
-        std::min(tiles, std::max<std::int64_t>(1, ceil_div(kTasksPerThread * threads, images)));
+        std::min(tiles, std::max<std::int64_t>(1, ceil_div(kTasksPerThread * threads_, images)));
     run_tiles_ = ceil_div(tiles, cuts);
     runs_ = ceil_div(tiles, run_tiles_);
   }
@@ -166,7 +171,7 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   else if (pairs && p.dy_dtype != DType::bf16)
     why_not = std::string("dy is ") + to_string(p.dy_dtype) + ", not bf16";
   if (!why_not.empty()) return nullptr;
-  return std::make_unique<PointwiseEngine>(p, request.threads, avx512_kernels(), pairs);
+  return std::make_unique<PointwiseEngine>(request, avx512_kernels(), pairs);
 }
 
 }  // namespace

@@ -46,11 +46,12 @@ std::string fast_engine_refusal(Isa isa, const EngineRequest& request, bool bf16
   return {};
 }
 
-AlignedPtr alloc_zeroed64(std::size_t bytes) {
+AlignedPtr alloc_zeroed64(std::size_t bytes, const char* what) {
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr)
-    throw Error(ErrorCode::out_of_memory, "", "cannot allocate " + std::to_string(rounded) + " bytes");
+    throw OutOfMemory("", "out of memory: needs " + std::to_string(rounded) + " bytes for " + what,
+                      static_cast<std::int64_t>(rounded));
   std::memset(p, 0, rounded);
   return AlignedPtr(p);
 }

@@ -39,8 +39,8 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 using AlignedPtr = std::unique_ptr<void, FreeDeleter>;
-// 64-byte aligned, zero-filled; throws Error(out_of_memory).
-AlignedPtr alloc_zeroed64(std::size_t bytes);
+// 64-byte aligned, zero-filled; throws OutOfMemory saying it was for `what`.
+AlignedPtr alloc_zeroed64(std::size_t bytes, const char* what);
 // The first 64-byte aligned address at or after p (workspaces are sized with 64 bytes to spare).
 inline void* align64(void* p) {
   return reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(p) + 63) / 64 * 64);

@@ -24,4 +24,15 @@ inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const std::strin
   return r;
 }
 
+// For estimates (memory a plan would need): products and sums that would overflow give INT64_MAX, which is
+// above any limit. Operands are non-negative.
+inline std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+inline std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 }  // namespace conv3d_dx

@@ -170,6 +170,16 @@ TEST_F(RunErrors, IoFailuresExit1) {
   expect_failure(with("--groups", "1"), 1, "big-endian");
 }
 
+// A memory limit below what the problem needs is an out-of-memory failure (exit 1) that says how much is
+// needed, not an invalid parameter; a malformed limit is a bad command line.
+TEST_F(RunErrors, MemoryLimitTooSmallExits1SayingWhatIsNeeded) {
+  expect_failure(with("--groups", "1", {"--max-memory", "1"}), 1, "out of memory:");
+  expect_failure(with("--groups", "1", {"--max-memory", "1"}), 1, "but max_memory is 1");
+  expect_failure(with("--groups", "1", {"--max-memory", "12Q"}), 2, "--max-memory");
+  expect_failure(with("--groups", "1", {"--max-memory", "-1"}), 2, "--max-memory");
+  EXPECT_EQ(run_cli(with("--groups", "1", {"--max-memory", "1G"})).exit_code, 0);
+}
+
 TEST_F(RunErrors, FailureLeavesAnExistingOutputUntouched) {
   write_file(y_, "previous contents");
   const ProcessResult r = run_cli(with("--strides", "1,0,1,1,1"));
