@@ -117,8 +117,6 @@ TensorView view_of(const std::string& name, const Array& a, DType dtype, Layout 
     v.strides[i] = a.stride(j);
     ++j;
   }
-  // Without elements, strides mean nothing (DLPack producers may give zeros); any valid ones will do.
-  if (a.size() == 0) v.strides = TensorView::contiguous(nullptr, dtype, layout, v.shape).strides;
   return v;
 }
 
