@@ -416,7 +416,7 @@ AtomicWriter::AtomicWriter(std::string path) : path_(std::move(path)) {
     throw NpyError(
         system_error("cannot create the output file " + path_ + " (temporary file in " + dir + ")"));
   temp_ = name;
-  arm_cleanup(temp_);
+  armed_ = arm_cleanup(temp_);
   // The file keeps its owner (where the system allows) and mode; a new one gets 0666 less the umask.
   if (exists) {
     if ((st.st_uid != ::geteuid() || st.st_gid != ::getegid()) && ::fchown(fd_, st.st_uid, st.st_gid) != 0 &&
@@ -441,8 +441,9 @@ void AtomicWriter::discard() noexcept {
   if (!temp_.empty()) {
     ::unlink(temp_.c_str());
     temp_.clear();
-    disarm_cleanup();
   }
+  if (armed_) disarm_cleanup();
+  armed_ = false;
 }
 
 void AtomicWriter::commit(const std::string& descr, const std::vector<std::int64_t>& shape, const void* data,
@@ -469,7 +470,8 @@ void AtomicWriter::commit(const std::string& descr, const std::vector<std::int64
   if (std::rename(temp_.c_str(), target_.c_str()) != 0)
     throw NpyError(system_error("cannot create " + path_));
   temp_.clear();
-  disarm_cleanup();
+  if (armed_) disarm_cleanup();
+  armed_ = false;
 }
 
 }  // namespace conv3d_dx::npy

@@ -73,6 +73,7 @@ class AtomicWriter {
   std::string target_;  // the file written: path_ with symbolic links followed
   std::string temp_;    // the temporary file; empty in place or once renamed
   bool in_place_ = false;
+  bool armed_ = false;  // the signal handlers remove temp_
   int fd_ = -1;
 };
 
