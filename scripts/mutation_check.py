@@ -4,8 +4,9 @@
 The repository's files (tracked and untracked, not ignored) are copied to a work directory (default
 /tmp/conv3d-dx-mutation), built there once (Release), and for every mutation below: the one line is
 changed, the build is brought up to date, ctest runs (the tests named by the mutation's regex, or all), and
-the line is restored. A mutation the tests do not catch is reported as SURVIVED and the script exits 1; so
-does a baseline that is not green. The repository itself is never modified.
+the line is restored. A mutation the tests do not catch is reported as SURVIVED, one that does not compile
+as INVALID (it would test nothing), and either makes the script exit 1; so does a baseline that is not
+green, or a mutation whose text no longer occurs exactly once (exit 2). The repository is never modified.
 
     scripts/mutation_check.py [--work DIR] [--only SUBSTRING] [--list]
 
@@ -37,8 +38,8 @@ MUTATIONS = [
      "*out++ = numeric::load_rounded(p_.filter_dtype, filter, src, InputRounding::none);",
      "direct engine: the filter skips the HF32 rounding", None),
     ("src/cpu/direct.cpp",
-     "const std::int64_t pos = i + pad - kk * dilation;",
-     "const std::int64_t pos = i + pad - kk;",
+     "const std::int64_t pos = i + pad - k * dilation;",
+     "const std::int64_t pos = i + pad - k;",
      "direct engine: dilation ignored", None),
     ("src/reference/accuracy.cpp",
      "return (gamma * abs_sum + std::ldexp(n, -150)) * (1.0 + std::ldexp(1.0, -20));",
@@ -81,8 +82,8 @@ MUTATIONS = [
      "",
      "CLI: the output file loses its mode", None),
     ("tools/npy.cpp",
-     "  armed_ = arm_cleanup(temp_);\n",
-     "",
+     "  if (g_armed) ::unlink(g_temp);",
+     "  if (g_armed && false) ::unlink(g_temp);",
      "CLI: the temporary file survives a signal", None),
     ("tools/npy.cpp",
      "  std::string name = dir + \"/.c3dx-XXXXXX\";",
@@ -163,13 +164,14 @@ def main():
         finally:
             open(file, "w").write(original)
             os.utime(file)
-        print(f"{'caught  ' if caught else 'SURVIVED'} {what} ({path}, {time.time() - start:.0f} s"
-              f"{', does not build' if not built else ''})", flush=True)
-        if not caught:
+        verdict = "caught  " if built and caught else "SURVIVED" if built else "INVALID "
+        print(f"{verdict} {what} ({path}, {time.time() - start:.0f} s"
+              f"{'; the mutation does not build, so it tests nothing' if not built else ''})", flush=True)
+        if not (built and caught):
             survived.append(what)
     run(["cmake", "--build", build, "-j2"], src, log)  # back to the unmutated build
     if survived:
-        print(f"{len(survived)} of {len(mutations)} mutations survived")
+        print(f"{len(survived)} of {len(mutations)} mutations survived or do not build")
         return 1
     print(f"all {len(mutations)} mutations caught")
     return 0

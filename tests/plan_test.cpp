@@ -269,37 +269,43 @@ TEST(Plan, PackOnceExecuteMany) {
   EXPECT_TRUE(matches_reference(p, inst));
 }
 
+// Both overflow modes, on the default engine and on the reference engine.
 TEST(Plan, OverflowModes) {
   Case c;
   c.Cin = c.Cout = 1;
   c.in = {1, 1, 4};
   c.kernel = {1, 1, 1};
   std::mt19937_64 rng(16);
-  for (DType t : {DType::f16, DType::bf16, DType::hif8, DType::fp8_e4m3fn})
-    for (OverflowMode mode : {OverflowMode::ieee, OverflowMode::saturate}) {
-      c = with_dtype(c, t);
-      c.overflow = mode;
-      Instance inst = instantiate(c, rng, Fill::small_integers);
-      // dy = [max, -max, 1, NaN] of the dtype and w = 2: the first two sums overflow the dtype.
-      const float dy[] = {FLT_MAX, -FLT_MAX, 1.0f, std::nanf("")};
-      for (int i = 0; i < 4; ++i) numeric::store_f32(t, inst.dy.view.data, i, dy[i], OverflowMode::saturate);
-      if (t == DType::f16 || t == DType::bf16) {  // their saturating stores keep NaN; 8-bit ones give 0
-        ASSERT_TRUE(std::isnan(element(inst.dy, {0, 0, 0, 0, 3})));
+  for (Isa isa : {Isa::best, Isa::reference})
+    for (DType t : {DType::f16, DType::bf16, DType::hif8, DType::fp8_e4m3fn})
+      for (OverflowMode mode : {OverflowMode::ieee, OverflowMode::saturate}) {
+        c = with_dtype(c, t);
+        c.overflow = mode;
+        Instance inst = instantiate(c, rng, Fill::small_integers);
+        // dy = [max, -max, 1, NaN] of the dtype and w = 2: the first two sums overflow the dtype.
+        const float dy[] = {FLT_MAX, -FLT_MAX, 1.0f, std::nanf("")};
+        for (int i = 0; i < 4; ++i)
+          numeric::store_f32(t, inst.dy.view.data, i, dy[i], OverflowMode::saturate);
+        if (t == DType::f16 || t == DType::bf16) {  // their saturating stores keep NaN; 8-bit ones give 0
+          ASSERT_TRUE(std::isnan(element(inst.dy, {0, 0, 0, 0, 3})));
+        }
+        numeric::store_f32(t, inst.filter.view.data, 0, 2.0f, OverflowMode::ieee);
+        Options options;
+        options.isa = isa;
+        const Problem p = run(inst, options);
+        ASSERT_TRUE(matches_reference(p, inst)) << c.name() << ", isa " << to_string(isa);
+        const double big = element(inst.y, {0, 0, 0, 0, 0}), small = element(inst.y, {0, 0, 0, 0, 1});
+        if (mode == OverflowMode::saturate) {
+          EXPECT_TRUE(std::isfinite(big) && std::isfinite(small))
+              << to_string(t) << ", isa " << to_string(isa);
+          EXPECT_EQ(big, element(inst.dy, {0, 0, 0, 0, 0})) << "saturates to the largest finite value";
+          EXPECT_EQ(small, -big);
+        } else {
+          EXPECT_FALSE(std::isfinite(big)) << to_string(t) << ", isa " << to_string(isa);
+          EXPECT_FALSE(std::isfinite(small)) << to_string(t) << ", isa " << to_string(isa);
+        }
+        EXPECT_EQ(element(inst.y, {0, 0, 0, 0, 2}), 2.0);
       }
-      numeric::store_f32(t, inst.filter.view.data, 0, 2.0f, OverflowMode::ieee);
-      const Problem p = run(inst);
-      ASSERT_TRUE(matches_reference(p, inst)) << c.name();
-      const double big = element(inst.y, {0, 0, 0, 0, 0}), small = element(inst.y, {0, 0, 0, 0, 1});
-      if (mode == OverflowMode::saturate) {
-        EXPECT_TRUE(std::isfinite(big) && std::isfinite(small)) << to_string(t);
-        EXPECT_EQ(big, element(inst.dy, {0, 0, 0, 0, 0})) << "saturates to the largest finite value";
-        EXPECT_EQ(small, -big);
-      } else {
-        EXPECT_FALSE(std::isfinite(big)) << to_string(t);
-        EXPECT_FALSE(std::isfinite(small)) << to_string(t);
-      }
-      EXPECT_EQ(element(inst.y, {0, 0, 0, 0, 2}), 2.0);
-    }
 }
 
 // Options::max_memory_bytes: engines that would need more decline, a leaner one takes the problem, and when
