@@ -63,6 +63,13 @@ TEST_F(GemmConfigTest, DyInPlaceOnlyInTheComputeType) {
   few.data_format = Layout::NCDHW;
   few.Cout = 8;  // strided channels, too few per tap to read in place
   EXPECT_FALSE(cpu::gemm_config(problem_of(few), cpu, Isa::avx512, 2).direct_dy);
+  Case wide = c;
+  wide.data_format = Layout::NCDHW;  // 32 channels: strided reads pay, unless the planes alias in L1
+  wide.kernel = {1, 1, 1};           // dy planes as large as y's
+  wide.in = {5, 5, 5};               // 125 floats a channel
+  EXPECT_TRUE(cpu::gemm_config(problem_of(wide), cpu, Isa::avx512, 2).direct_dy);
+  wide.in = {4, 16, 16};  // 1024 floats: every channel 4 KiB apart, in one L1 set
+  EXPECT_FALSE(cpu::gemm_config(problem_of(wide), cpu, Isa::avx512, 2).direct_dy);
   Case hf32 = c;
   hf32.hf32 = true;  // rounding on the way in
   EXPECT_FALSE(cpu::gemm_config(problem_of(hf32), cpu, Isa::avx512, 2).direct_dy);
