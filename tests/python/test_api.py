@@ -268,20 +268,21 @@ def test_gil_is_released_while_computing(rng):
     dy = rng.standard_normal([1, 12, 40, 40, 64]).astype(np.float32)
     w = rng.standard_normal(case.w_shape()).astype(np.float32)
     args = ([1, 14, 42, 42, 64], w, dy, [1] * 5, [0] * 6)
-    start = time.perf_counter()
-    conv3d_dx.conv3d_backprop_input_v2(*args, threads=1)
-    alone = time.perf_counter() - start
+    conv3d_dx.conv3d_backprop_input_v2(*args, threads=1)  # plans once, so the timed call only computes
     worker = threading.Thread(target=conv3d_dx.conv3d_backprop_input_v2, args=args, kwargs={"threads": 1})
     ticks, longest_gap = 0, 0.0
+    start = time.perf_counter()
     worker.start()
-    last = time.perf_counter()
+    last = start
     while worker.is_alive():
         ticks += 1
         now = time.perf_counter()
         longest_gap, last = max(longest_gap, now - last), now
     worker.join()
-    # Holding the GIL would stall this loop for the whole call (alone: typically 0.1-0.3 s).
-    assert longest_gap < alone / 2, f"the loop stalled {longest_gap:.3f} s of a {alone:.3f} s call"
+    call = time.perf_counter() - start
+    # Holding the GIL would stall this loop for the whole call; with the GIL released it only waits when the
+    # scheduler gives its core away (a few time slices, even on a busy machine), a fraction of the call.
+    assert ticks > 1 and longest_gap < 0.75 * call, f"the loop stalled {longest_gap:.3f} s of a {call:.3f} s call"
 
 
 def test_import_without_torch():
