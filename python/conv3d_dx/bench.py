@@ -3,8 +3,8 @@
 PyTorch's route is torch.ops.aten.convolution_backward with output_mask [True, False, False], what autograd
 runs for nn.Conv3d's input gradient. conv3d-dx's is conv3d_backprop_input_v2 on the same tensors, packing
 the filter on every call as a training step does. Both allocate their result on every call and use the
-same number of threads. Times are medians of the timed runs, after warm-up runs; the two alternate run by
-run, so that load from elsewhere on the machine slows both alike.
+same number of threads. Times are medians of the timed runs, after warm-up runs, in two rounds of a block
+of runs of each (see _time_both).
 """
 
 from __future__ import annotations
@@ -41,19 +41,30 @@ def _forward_out(x: int, k: int, s: int, p: int, d: int) -> int:
     return (x + 2 * p - ((k - 1) * d + 1)) // s + 1
 
 
-def _time_interleaved(a: Callable[[], object], b: Callable[[], object], warmup: int,
-                      repeat: int) -> Tuple[List[float], List[float]]:
-    """Milliseconds of `repeat` runs of a and of b, alternating, so that a busy machine slows both alike."""
+def _time(fn: Callable[[], object], warmup: int, repeat: int) -> List[float]:
+    """Milliseconds of `repeat` runs of fn, after `warmup` untimed ones."""
     for _ in range(warmup):
-        a()
-        b()
-    times: Tuple[List[float], List[float]] = ([], [])
+        fn()
+    times = []
     for _ in range(repeat):
-        for fn, record in ((a, times[0]), (b, times[1])):
-            start = time.perf_counter()
-            fn()
-            record.append((time.perf_counter() - start) * 1e3)
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
     return times
+
+
+def _time_both(a: Callable[[], object], b: Callable[[], object], warmup: int,
+               repeat: int) -> Tuple[List[float], List[float]]:
+    """Runs of a, then of b, then of a and b again (half the runs each time). Each library's idle worker
+    threads spin for a while after a call (PyTorch's OpenMP ones, and ours), so alternating run by run would
+    time each library against the other's spinning threads; blocks time each on its own, and two rounds
+    share out slow phases of a noisy machine."""
+    first = max(1, repeat // 2)
+    ta = _time(a, warmup, first)
+    tb = _time(b, warmup, first)
+    ta += _time(a, warmup, repeat - first)
+    tb += _time(b, warmup, repeat - first)
+    return ta, tb
 
 
 def run_shape(shape: Dict, dtype: torch.dtype, channels_last: bool, threads: int, warmup: int,
@@ -84,7 +95,7 @@ def run_shape(shape: Dict, dtype: torch.dtype, channels_last: bool, threads: int
         return conv3d_dx.conv3d_backprop_input_v2(*args, threads=threads)
 
     plan = conv3d_dx.Plan(*args, threads=threads)
-    ours_ms, torch_ms = _time_interleaved(ours, torch_dgrad, warmup, repeat)
+    ours_ms, torch_ms = _time_both(ours, torch_dgrad, warmup, repeat)
     expected = torch_dgrad().float()
     got = ours().float()
     if channels_last:
@@ -120,7 +131,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     layout = "channels_last_3d" if args.channels_last else "contiguous NCDHW"
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs online, {args.threads} threads for both")
     print(f"torch {torch.__version__}, conv3d-dx {conv3d_dx.__version__}; {args.dtype}, {layout}")
-    print(f"runs: {args.warmup} warm-up, {args.repeat} timed, alternating; ratio = PyTorch median / conv3d-dx median "
+    print(f"runs: {args.warmup} warm-up, {args.repeat} timed, in blocks per library; ratio = PyTorch median / conv3d-dx median "
           "(above 1: conv3d-dx is faster); diff = max|conv3d-dx - PyTorch| / max|PyTorch|")
     print(f"{'shape':<10} {'conv3d-dx ms':>12} {'min':>9} {'GFLOP/s':>8} {'PyTorch ms':>11} {'ratio':>7} "
           f"{'diff':>9}  engine")
