@@ -41,8 +41,13 @@ def _forward_out(x: int, k: int, s: int, p: int, d: int) -> int:
     return (x + 2 * p - ((k - 1) * d + 1)) // s + 1
 
 
+_SETTLE_S = 0.05  # longer than either library's worker threads spin after a call before they sleep
+
+
 def _time(fn: Callable[[], object], warmup: int, repeat: int) -> List[float]:
-    """Milliseconds of `repeat` runs of fn, after `warmup` untimed ones."""
+    """Milliseconds of `repeat` runs of fn, after the other library's threads have gone to sleep and
+    `warmup` untimed runs."""
+    time.sleep(_SETTLE_S)
     for _ in range(warmup):
         fn()
     times = []
@@ -57,8 +62,9 @@ def _time_both(a: Callable[[], object], b: Callable[[], object], warmup: int,
                repeat: int) -> Tuple[List[float], List[float]]:
     """Runs of a, then of b, then of a and b again (half the runs each time). Each library's idle worker
     threads spin for a while after a call (PyTorch's OpenMP ones, and ours), so alternating run by run would
-    time each library against the other's spinning threads; blocks time each on its own, and two rounds
-    share out slow phases of a noisy machine."""
+    time each library against the other's spinning threads; blocks, each after a pause, time each on its
+    own, and two rounds share out slow phases of a noisy machine. In a program that mixes the two, setting
+    OMP_WAIT_POLICY=passive stops PyTorch's threads spinning on cores conv3d-dx is about to use."""
     first = max(1, repeat // 2)
     ta = _time(a, warmup, first)
     tb = _time(b, warmup, first)
