@@ -3,16 +3,8 @@
 # Python module and its tests. Safe to run again: only what is missing is installed.
 set -euo pipefail
 packages=(g++ cmake make googletest libgtest-dev python3-dev python3-pip)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/apt-packages.sh"
+install_missing_apt_packages "${packages[@]}"
 echo "conv3d-dx build dependencies present: ${packages[*]}"
 
 # The Python module (nanobind, scikit-build-core, numpy) and its tests (pytest; the 8-bit numpy dtypes;

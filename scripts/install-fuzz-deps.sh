@@ -5,15 +5,7 @@
 # run again: only what is missing is installed. Prints the clang++ to use on its last line.
 set -euo pipefail
 packages=(clang-19 libclang-rt-19-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/apt-packages.sh"
+install_missing_apt_packages "${packages[@]}"
 echo "fuzzing dependencies present: ${packages[*]}" >&2
 echo /usr/bin/clang++-19
