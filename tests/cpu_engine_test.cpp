@@ -76,9 +76,9 @@ void run_pointwise(const Problem& p, Instance& inst, bool pairs, int threads = 2
   std::size_t k = 0, bad = 0;
   for (std::int64_t n = 0; n < p.N; ++n)
     for (std::int64_t c = 0; c < p.Cin(); ++c)
-      for (std::int64_t d = 0; d < p.in[0]; ++d)
-        for (std::int64_t h = 0; h < p.in[1]; ++h)
-          for (std::int64_t w = 0; w < p.in[2]; ++w, ++k)
+      for (std::int64_t d = 0; d < p.y_size[0]; ++d)
+        for (std::int64_t h = 0; h < p.y_size[1]; ++h)
+          for (std::int64_t w = 0; w < p.y_size[2]; ++w, ++k)
             if (element(inst.y, {n, c, d, h, w}) != ref[k]) ++bad;
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " elements differ from the exact sums for " << p.describe();

@@ -98,8 +98,8 @@ TEST(Plan, StrideLargerThanKernelLeavesUnreachedPositionsZero) {
   for (std::int64_t d = 0; d < c.in[0]; ++d)
     for (std::int64_t h = 0; h < c.in[1]; ++h)
       for (std::int64_t w = 0; w < c.in[2]; ++w) {
-        const bool reached = (d + 1) % 3 < 2 && h % 4 == 0 && (w + 2) % 3 < 2 && (d + 1) / 3 < p.out[0] &&
-                             h / 4 < p.out[1] && (w + 2) / 3 < p.out[2];
+        const bool reached = (d + 1) % 3 < 2 && h % 4 == 0 && (w + 2) % 3 < 2 && (d + 1) / 3 < p.dy_size[0] &&
+                             h / 4 < p.dy_size[1] && (w + 2) / 3 < p.dy_size[2];
         if (reached) continue;
         for (std::int64_t ch = 0; ch < c.Cin; ++ch) {
           const double v = element(inst.y, {0, ch, d, h, w});
@@ -351,13 +351,13 @@ TEST(PlanMemory, PortableEngineNeedsNoTablesPerPosition) {
   Problem p;
   p.N = 1;
   p.Cin_g = p.Cout_g = 2;
-  p.in = {1, 1, 2147483647};
+  p.y_size = {1, 1, 2147483647};
   p.kernel = {1, 1, 3};
   p.stride = {1, 1, std::int64_t{1} << 30};
-  p.out = {1, 1, 2};
+  p.dy_size = {1, 1, 2};
   p.dy_strides = {4, 2, 2, 2, 1};
   p.filter_strides = {6, 3, 3, 3, 1};
-  p.y_strides = {2 * p.in[2], p.in[2], p.in[2], p.in[2], 1};
+  p.y_strides = {2 * p.y_size[2], p.y_size[2], p.y_size[2], p.y_size[2], 1};
   Options options;
   options.isa = Isa::portable;
   options.max_memory_bytes = 64 << 10;
@@ -374,7 +374,7 @@ TEST(Plan, RevalidatesHandMadeProblems) {
   zero_stride.stride = {0, 1, 1};
   EXPECT_THROW(Plan{zero_stride}, Error);
   Problem wrong_out = p;
-  wrong_out.out[2] += 1;
+  wrong_out.dy_size[2] += 1;
   try {
     Plan plan(wrong_out);
     FAIL() << "accepted";

@@ -215,7 +215,7 @@ TEST(Validation, FourValueInputSizeInsertsDepthOne) {
   Instance inst = instantiate(c, rng, Fill::small_integers);
   inst.spec.attrs.input_size = {2, 6, 7, 4};  // N, H, W, C
   const Problem p = validate(inst.spec);
-  EXPECT_EQ(p.in, (std::array<std::int64_t, 3>{1, 6, 7}));
+  EXPECT_EQ(p.y_size, (std::array<std::int64_t, 3>{1, 6, 7}));
   inst.spec.attrs.data_format = Layout::NCDHW;
   inst.spec.attrs.input_size = {2, 4, 6, 7};
   EXPECT_THROW(validate(inst.spec), Error);  // the views are still NDHWC

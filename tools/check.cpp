@@ -44,9 +44,9 @@ CheckResult check_against_reference(const Problem& p, const void* dy, const void
   for (std::int64_t n = 0; n < p.N; ++n) {
     for (std::int64_t g = 0; g < p.G; ++g) {
       for (std::int64_t ci = 0; ci < sub.Cin_g; ++ci) {
-        for (std::int64_t d = 0; d < p.in[0]; ++d) {
-          for (std::int64_t h = 0; h < p.in[1]; ++h) {
-            for (std::int64_t w = 0; w < p.in[2]; ++w, ++i) {
+        for (std::int64_t d = 0; d < p.y_size[0]; ++d) {
+          for (std::int64_t h = 0; h < p.y_size[1]; ++h) {
+            for (std::int64_t w = 0; w < p.y_size[2]; ++w, ++i) {
               const std::int64_t offset = n * p.y_strides[0] + (g * p.Cin_g + ci) * p.y_strides[1] +
                                           d * p.y_strides[2] + h * p.y_strides[3] + w * p.y_strides[4];
               const double v = numeric::load_f32(p.y_dtype, y, offset);

@@ -106,10 +106,11 @@ std::string dims(const std::array<std::int64_t, 3>& v, const char* sep = "x") {
 
 void print_problem(std::ostream& out, const Problem& p) {
   out << "problem: " << p.describe() << "\n"
-      << "  y (= dL/dx):        N=" << p.N << " C=" << p.Cin() << " D=" << p.in[0] << " H=" << p.in[1]
-      << " W=" << p.in[2] << "  " << to_string(p.data_format) << "  " << to_string(p.y_dtype) << "\n"
-      << "  out_backprop (dy):  N=" << p.N << " C=" << p.Cout() << " D=" << p.out[0] << " H=" << p.out[1]
-      << " W=" << p.out[2] << "  " << to_string(p.data_format) << "  " << to_string(p.dy_dtype) << "\n"
+      << "  y (= dL/dx):        N=" << p.N << " C=" << p.Cin() << " D=" << p.y_size[0] << " H=" << p.y_size[1]
+      << " W=" << p.y_size[2] << "  " << to_string(p.data_format) << "  " << to_string(p.y_dtype) << "\n"
+      << "  out_backprop (dy):  N=" << p.N << " C=" << p.Cout() << " D=" << p.dy_size[0]
+      << " H=" << p.dy_size[1] << " W=" << p.dy_size[2] << "  " << to_string(p.data_format) << "  "
+      << to_string(p.dy_dtype) << "\n"
       << "  filter:             Cout=" << p.Cout() << " Cin/G=" << p.Cin_g << " kD=" << p.kernel[0]
       << " kH=" << p.kernel[1] << " kW=" << p.kernel[2] << "  " << to_string(p.filter_format) << "  "
       << to_string(p.filter_dtype) << "\n"

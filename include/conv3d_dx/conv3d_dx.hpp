@@ -84,8 +84,8 @@ struct Attributes {
 // Element strides are in canonical order: dy and y [N, C, D, H, W]; filter [Cout, Cin_g, kD, kH, kW].
 struct Problem {
   std::int64_t N = 0, G = 1, Cin_g = 0, Cout_g = 0;
-  std::array<std::int64_t, 3> in{};   // Di, Hi, Wi (y)
-  std::array<std::int64_t, 3> out{};  // Do, Ho, Wo (dy)
+  std::array<std::int64_t, 3> y_size{};   // spatial sizes of y: Di, Hi, Wi
+  std::array<std::int64_t, 3> dy_size{};  // spatial sizes of dy (out_backprop): Do, Ho, Wo
   std::array<std::int64_t, 3> kernel{}, stride{1, 1, 1}, dilation{1, 1, 1}, pad_front{}, pad_back{};
   DType dy_dtype = DType::f32, filter_dtype = DType::f32, y_dtype = DType::f32;
   Layout data_format = Layout::NCDHW, filter_format = Layout::NCDHW;  // as the caller gave them

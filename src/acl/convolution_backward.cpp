@@ -156,9 +156,9 @@ struct ConvBackwardExecutor final : aclOpExecutor {
   std::size_t f32_offset = 0;
   TensorView final_y;
   std::uint64_t workspace_bytes = 0;
-  // gradWeight (outputMask[1]): its problem reads input through y's fields and writes gradWeight through the
-  // filter's (see backward/backward.hpp). gradBias (outputMask[2]): element co at db + co * db_stride.
-  std::optional<Problem> weight_problem, bias_problem;
+  // gradWeight (outputMask[1]): reads input as x and writes gradWeight as dw. gradBias (outputMask[2]):
+  // element co at db + co * db_stride.
+  std::optional<backward::GradientProblem> weight_problem, bias_problem;
   const void* x = nullptr;
   void* dw = nullptr;
   void* db = nullptr;
@@ -214,7 +214,7 @@ void check_overlaps(const Arguments& a, bool want_input, bool want_weight, bool 
 // gradBias: the sums need only the problem's dy and channels.
 void set_bias(ConvBackwardExecutor& e, const Problem& p, const aclTensor& gb) {
   backward::require_distinct("gradBias", {gb.dims[0], 1, 1, 1, 1}, {gb.strides[0], 0, 0, 0, 0});
-  e.bias_problem = p;
+  e.bias_problem = backward::gradient_problem(p, {}, {});  // db reads only dy
   e.db = static_cast<char*>(gb.data) + gb.offset * static_cast<std::int64_t>(element_size(gb.dtype));
   e.db_dtype = to_dtype(gb, "gradBias");
   e.db_stride = gb.strides[0];
@@ -430,8 +430,8 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
   if (want_weight) {
     // validate() sees gradWeight as the filter, with weight's dtype (gradWeight's own dtype rule is checked
     // above), and input as a contiguous fp32 y: input is only read, so its view may alias itself and y's
-    // output dtype rule does not apply; aclCreateTensor has bounded its extent. The Problem then takes
-    // input's strides and dtype.
+    // output dtype rule does not apply; aclCreateTensor has bounded its extent. The gradient problem then
+    // reads x with input's strides and dtype and writes dw with gradWeight's.
     ProblemSpec ws = spec;
     ws.filter = view5(*a.gradWeight, w_type, a.gradWeight->data);
     ws.y = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, x_view.shape);
@@ -443,10 +443,8 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
       invalid(std::string("gradWeight: ") + err.what());
     }
     backward::require_distinct("gradWeight", ws.filter.shape, ws.filter.strides);
-    p.filter_dtype = to_dtype(*a.gradWeight, "gradWeight");
-    p.y_strides = x_view.strides;
-    p.y_dtype = x_type;
-    e->weight_problem = p;
+    e->weight_problem = backward::gradient_problem(
+        p, {x_type, x_view.strides}, {to_dtype(*a.gradWeight, "gradWeight"), ws.filter.strides});
     e->x = x_view.data;
     e->dw = ws.filter.data;
   }

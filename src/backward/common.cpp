@@ -52,6 +52,19 @@ void store_sum(DType dtype, void* base, std::int64_t index, double sum, Overflow
 
 }  // namespace detail
 
+GradientProblem gradient_problem(const Problem& p, const Operand& x, const Operand& dw) {
+  GradientProblem g;
+  g.N = p.N, g.G = p.G, g.Cin_g = p.Cin_g, g.Cout_g = p.Cout_g;
+  g.x_size = p.y_size, g.dy_size = p.dy_size;
+  g.kernel = p.kernel, g.stride = p.stride, g.dilation = p.dilation, g.pad_front = p.pad_front;
+  g.x = x;
+  g.dy = {p.dy_dtype, p.dy_strides};
+  g.dw = dw;
+  g.input_rounding = p.input_rounding;
+  g.overflow = p.overflow;
+  return g;
+}
+
 void require_distinct(const std::string& parameter, const std::array<std::int64_t, 5>& shape,
                       const std::array<std::int64_t, 5>& strides) {
   std::array<int, 5> order{0, 1, 2, 3, 4};

@@ -33,9 +33,9 @@ class DirectEngine final : public EngineImpl {
   explicit DirectEngine(const EngineRequest& request)
       : p_(request.problem),
         threads_(request.threads),
-        taps_{AxisTaps{p_.out[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]},
-              AxisTaps{p_.out[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]},
-              AxisTaps{p_.out[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2]}} {
+        taps_{AxisTaps{p_.dy_size[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]},
+              AxisTaps{p_.dy_size[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]},
+              AxisTaps{p_.dy_size[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2]}} {
     const std::int64_t filter_floats =
         saturating_mul(saturating_mul(p_.G * p_.Cin_g, p_.Cout_g),
                        saturating_mul(p_.kernel[0] * p_.kernel[1], p_.kernel[2]));
@@ -54,7 +54,7 @@ class DirectEngine final : public EngineImpl {
 
   std::size_t workspace_bytes() const override {
     const std::int64_t dy =
-        saturating_mul(p_.N * p_.Cout(), saturating_mul(p_.out[0] * p_.out[1], p_.out[2]));
+        saturating_mul(p_.N * p_.Cout(), saturating_mul(p_.dy_size[0] * p_.dy_size[1], p_.dy_size[2]));
     return static_cast<std::size_t>(saturating_mul(dy, 4));
   }
 
@@ -81,7 +81,7 @@ class DirectEngine final : public EngineImpl {
   void execute(const void* dy, void* y, void* workspace) const override {
     float* dyf = static_cast<float*>(workspace);
     widen_dy(dy, dyf);
-    const std::int64_t rows = p_.N * p_.G * p_.in[0] * p_.in[1];
+    const std::int64_t rows = p_.N * p_.G * p_.y_size[0] * p_.y_size[1];
     parallel_for(threads_, rows, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) gather_row(r, dyf, y);
     });
@@ -91,12 +91,12 @@ class DirectEngine final : public EngineImpl {
   // dy as fp32 in [n][g][od][oh][ow][co] order.
   void widen_dy(const void* dy, float* dyf) const {
     const auto& s = p_.dy_strides;
-    parallel_for(threads_, p_.N * p_.G * p_.out[0], [&](std::int64_t begin, std::int64_t end) {
+    parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
-        const std::int64_t od = r % p_.out[0], g = r / p_.out[0] % p_.G, n = r / p_.out[0] / p_.G;
-        float* out = dyf + r * p_.out[1] * p_.out[2] * p_.Cout_g;
-        for (std::int64_t oh = 0; oh < p_.out[1]; ++oh)
-          for (std::int64_t ow = 0; ow < p_.out[2]; ++ow)
+        const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G, n = r / p_.dy_size[0] / p_.G;
+        float* out = dyf + r * p_.dy_size[1] * p_.dy_size[2] * p_.Cout_g;
+        for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh)
+          for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
             for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
               const std::int64_t src =
                   n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3] + ow * s[4];
@@ -108,15 +108,16 @@ class DirectEngine final : public EngineImpl {
 
   // All y elements of one (n, g, id, ih) row.
   void gather_row(std::int64_t r, const float* dyf, void* y) const {
-    const std::int64_t ih = r % p_.in[1], id = r / p_.in[1] % p_.in[0];
-    const std::int64_t g = r / (p_.in[1] * p_.in[0]) % p_.G, n = r / (p_.in[1] * p_.in[0] * p_.G);
+    const std::int64_t ih = r % p_.y_size[1], id = r / p_.y_size[1] % p_.y_size[0];
+    const std::int64_t g = r / (p_.y_size[1] * p_.y_size[0]) % p_.G,
+                       n = r / (p_.y_size[1] * p_.y_size[0] * p_.G);
     const std::int64_t Co = p_.Cout_g, taps = p_.kernel[0] * p_.kernel[1] * p_.kernel[2];
-    const float* dy_group = dyf + (n * p_.G + g) * p_.out[0] * p_.out[1] * p_.out[2] * Co;
+    const float* dy_group = dyf + (n * p_.G + g) * p_.dy_size[0] * p_.dy_size[1] * p_.dy_size[2] * Co;
     const auto& D = taps_[0];
     const auto& H = taps_[1];
     const auto& W = taps_[2];
     const auto& ys = p_.y_strides;
-    for (std::int64_t iw = 0; iw < p_.in[2]; ++iw) {
+    for (std::int64_t iw = 0; iw < p_.y_size[2]; ++iw) {
       for (std::int64_t ci = 0; ci < p_.Cin_g; ++ci) {
         const float* w_ci = filter_.data() + (g * p_.Cin_g + ci) * taps * Co;
         float acc = 0.0f;
@@ -124,7 +125,7 @@ class DirectEngine final : public EngineImpl {
           H.for_each(ih, [&](std::int64_t kh, std::int64_t oh) {
             W.for_each(iw, [&](std::int64_t kw, std::int64_t ow) {
               const float* w = w_ci + ((kd * p_.kernel[1] + kh) * p_.kernel[2] + kw) * Co;
-              const float* d = dy_group + ((od * p_.out[1] + oh) * p_.out[2] + ow) * Co;
+              const float* d = dy_group + ((od * p_.dy_size[1] + oh) * p_.dy_size[2] + ow) * Co;
               for (std::int64_t co = 0; co < Co; ++co) acc += d[co] * w[co];
             });
           });

@@ -55,7 +55,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // reduction channels are followed by the next pixel's.
   const bool pixels_follow = !c.direct_dy || (s[4] == kpad && (c.bf16 || s[1] == 1));
   c.fuse_w = tuning.fuse_w && pixels_follow;
-  const Axis w_axis(p.in[2], p.out[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2]);
+  const Axis w_axis(p.y_size[2], p.dy_size[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2]);
   for (const AxisPhase& ph : w_axis.phases)
     for (std::size_t t = 1; t < ph.taps.size(); ++t)
       if (ph.taps[t - 1].off != ph.taps[t].off + 1) c.fuse_w = false;
@@ -72,12 +72,12 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   const std::int64_t dh_taps = p.kernel[0] * p.kernel[1];
   c.plane_mode = tuning.plane >= 0 ? tuning.plane == 1
                                    : dh_bytes * dh_taps > c.weight_budget &&
-                                         p.in[1] * p.in[2] * block_width * 4 <= c.plane_budget;
+                                         p.y_size[1] * p.y_size[2] * block_width * 4 <= c.plane_budget;
   c.dh_group = !c.plane_mode ? dh_taps
                              : (tuning.dh_group > 0 ? tuning.dh_group
                                                     : std::max<std::int64_t>(1, c.weight_budget / dh_bytes));
   if (c.plane_mode) {
-    const std::int64_t plane_bytes = p.in[1] * p.in[2] * block_width * 4, planes = p.N * p.in[0];
+    const std::int64_t plane_bytes = p.y_size[1] * p.y_size[2] * block_width * 4, planes = p.N * p.y_size[0];
     const std::int64_t blocks = p.G * ceil_div(p.Cin_g, block_width);  // tasks per plane group
     const std::int64_t for_threads = std::max<std::int64_t>(1, blocks * planes / (2 * std::int64_t{threads}));
     c.planes_per_task = tuning.planes_per_task > 0 ? std::min<std::int64_t>(tuning.planes_per_task, planes)
@@ -86,7 +86,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   }
   // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
   // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
-  c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.in[2] * block_width <= (std::int64_t{1} << 20));
+  c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.y_size[2] * block_width <= (std::int64_t{1} << 20));
   return c;
 }
 

@@ -25,9 +25,9 @@ class GemmEngine final : public EngineImpl {
         ks_(ks),
         config_(config),
         bf16_(config.bf16),
-        ax_{Axis(p_.in[0], p_.out[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]),
-            Axis(p_.in[1], p_.out[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]),
-            Axis(p_.in[2], p_.out[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2])},
+        ax_{Axis(p_.y_size[0], p_.dy_size[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]),
+            Axis(p_.y_size[1], p_.dy_size[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]),
+            Axis(p_.y_size[2], p_.dy_size[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2])},
         lanes_(config.lanes),
         elem_(bf16_ ? 2 : 4),
         kpad_(bf16_ ? (p_.Cout_g + 1) / 2 * 2 : p_.Cout_g),
@@ -36,8 +36,8 @@ class GemmEngine final : public EngineImpl {
     const Problem& p = p_;
     taps_ = p.kernel[0] * p.kernel[1] * p.kernel[2];
     const std::int64_t cbw_max = static_cast<std::int64_t>(config.nv) * lanes_;
-    tile_floats_ = config.plane_mode ? config.planes_per_task * p.in[1] * p.in[2] * cbw_max
-                   : config.staged   ? p.in[2] * cbw_max
+    tile_floats_ = config.plane_mode ? config.planes_per_task * p.y_size[1] * p.y_size[2] * cbw_max
+                   : config.staged   ? p.y_size[2] * cbw_max
                                      : kMaxM * cbw_max;
     check_memory(request, name(), memory());
     // Channel blocks of config.nv vectors; the last one may be narrower.
@@ -62,9 +62,9 @@ class GemmEngine final : public EngineImpl {
     } else {
       dy_c_ = bf16_ ? 2 : 1;
       dy_w_ = kpad_;
-      dy_h_ = p.out[2] * dy_w_;
-      dy_d_ = p.out[1] * dy_h_;
-      dy_g_ = p.out[0] * dy_d_;
+      dy_h_ = p.dy_size[2] * dy_w_;
+      dy_d_ = p.dy_size[1] * dy_h_;
+      dy_g_ = p.dy_size[0] * dy_d_;
       dy_n_ = p.G * dy_g_;
     }
     // Packed W order: per W phase (in phase order) its taps by decreasing k, so that the taps of a phase
@@ -79,8 +79,8 @@ class GemmEngine final : public EngineImpl {
       dh_groups_.push_back({dh, std::min(dh + config.dh_group, dh_taps)});
     tiny_blocks_.assign(static_cast<std::size_t>(p.G) * blocks_.size(), 0);
     // A task is a group of y planes (plane mode) or one y row, of one channel block.
-    const std::int64_t planes = p.N * p.in[0];
-    tasks_per_block_ = config.plane_mode ? ceil_div(planes, config.planes_per_task) : planes * p.in[1];
+    const std::int64_t planes = p.N * p.y_size[0];
+    tasks_per_block_ = config.plane_mode ? ceil_div(planes, config.planes_per_task) : planes * p.y_size[1];
   }
 
   std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
@@ -100,8 +100,8 @@ class GemmEngine final : public EngineImpl {
     for (int a = 0; a < 3; ++a)
       tables = saturating_add(
           tables, saturating_add(saturating_mul(p.stride[a], 64), saturating_mul(p.kernel[a], 24)));
-    const std::int64_t dy_elements =
-        saturating_mul(saturating_mul(p.N * p.G, p.out[0] * p.out[1]), saturating_mul(p.out[2], kpad_));
+    const std::int64_t dy_elements = saturating_mul(saturating_mul(p.N * p.G, p.dy_size[0] * p.dy_size[1]),
+                                                    saturating_mul(p.dy_size[2], kpad_));
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
     const std::int64_t scratch =
@@ -217,17 +217,19 @@ class GemmEngine final : public EngineImpl {
   bool scan_dy_in_place(const void* dy) const {
     if (p_.dy_dtype != DType::bf16) return false;
     const auto& s = p_.dy_strides;
-    const std::int64_t C = p_.G * p_.Cout_g, rows = p_.N * p_.out[0] * p_.out[1];
+    const std::int64_t C = p_.G * p_.Cout_g, rows = p_.N * p_.dy_size[0] * p_.dy_size[1];
     std::vector<unsigned char> tiny(static_cast<std::size_t>(rows), 0);
     parallel_for(threads_, rows, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
-        const std::int64_t oh = r % p_.out[1], od = r / p_.out[1] % p_.out[0], n = r / p_.out[1] / p_.out[0];
+        const std::int64_t oh = r % p_.dy_size[1], od = r / p_.dy_size[1] % p_.dy_size[0],
+                           n = r / p_.dy_size[1] / p_.dy_size[0];
         const auto* row = static_cast<const std::uint16_t*>(dy) + n * s[0] + od * s[2] + oh * s[3];
         bool any = false;
         if (s[4] == C) {
-          any = ks_.any_tiny_bf16(row, p_.out[2] * C);
+          any = ks_.any_tiny_bf16(row, p_.dy_size[2] * C);
         } else {
-          for (std::int64_t ow = 0; ow < p_.out[2] && !any; ++ow) any = ks_.any_tiny_bf16(row + ow * s[4], C);
+          for (std::int64_t ow = 0; ow < p_.dy_size[2] && !any; ++ow)
+            any = ks_.any_tiny_bf16(row + ow * s[4], C);
         }
         tiny[static_cast<std::size_t>(r)] = any;
       }
@@ -241,7 +243,7 @@ class GemmEngine final : public EngineImpl {
   bool convert_dy(const void* dy, T* out) const {
     const auto& s = p_.dy_strides;
     const bool scan = std::is_same_v<T, std::uint16_t> && p_.dy_dtype == DType::bf16;
-    std::vector<unsigned char> tiny(static_cast<std::size_t>(scan ? p_.N * p_.G * p_.out[0] : 0), 0);
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(scan ? p_.N * p_.G * p_.dy_size[0] : 0), 0);
     const auto scan_plane = [&](std::int64_t r) {
       if constexpr (std::is_same_v<T, std::uint16_t>)
         if (scan) tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
@@ -256,21 +258,22 @@ class GemmEngine final : public EngineImpl {
       const std::int64_t esize = src_bf16 ? 2 : 4;
       // bf16 to bf16: move bits by channel pairs, checking for tiny values on the way.
       const bool pairs = std::is_same_v<T, std::uint16_t> && src_bf16 && ks_.transpose_bf16_pairs;
-      parallel_for(threads_, p_.N * p_.G * p_.out[0], [&](std::int64_t begin, std::int64_t end) {
+      parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
-          const std::int64_t od = r % p_.out[0], g = r / p_.out[0] % p_.G, n = r / p_.out[0] / p_.G;
+          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
+                             n = r / p_.dy_size[0] / p_.G;
           bool any = false;
-          for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
+          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
             const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
             if constexpr (std::is_same_v<T, std::uint16_t>) {
               if (pairs) {
                 any |= ks_.transpose_bf16_pairs(static_cast<const std::uint16_t*>(dy) + at, s[1], p_.Cout_g,
-                                                p_.out[2], out + r * dy_d_ + oh * dy_h_, kpad_);
+                                                p_.dy_size[2], out + r * dy_d_ + oh * dy_h_, kpad_);
                 continue;
               }
             }
             ks_.store_transposed(static_cast<const char*>(dy) + at * esize, src_bf16, s[1], p_.Cout_g,
-                                 p_.out[2], out + r * dy_d_ + oh * dy_h_, bf16_, kpad_, false);
+                                 p_.dy_size[2], out + r * dy_d_ + oh * dy_h_, bf16_, kpad_, false);
           }
           if (pairs)
             tiny[static_cast<std::size_t>(r)] = any;
@@ -281,19 +284,20 @@ class GemmEngine final : public EngineImpl {
       return any_tiny();
     }
     dy_reader_.visit(dy, [&](auto get) {
-      parallel_for(threads_, p_.N * p_.G * p_.out[0], [&](std::int64_t begin, std::int64_t end) {
+      parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
-          const std::int64_t od = r % p_.out[0], g = r / p_.out[0] % p_.G, n = r / p_.out[0] / p_.G;
+          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
+                             n = r / p_.dy_size[0] / p_.G;
           T* plane = out + r * dy_d_;
-          for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
+          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
             T* row = plane + oh * dy_h_;
             for (std::int64_t co = 0; co < kpad_; ++co) {
               if (co >= p_.Cout_g) {
-                for (std::int64_t ow = 0; ow < p_.out[2]; ++ow) put(row, ow * kpad_ + co, 0.0f);
+                for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) put(row, ow * kpad_ + co, 0.0f);
                 continue;
               }
               const std::int64_t base = n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
-              for (std::int64_t ow = 0; ow < p_.out[2]; ++ow)
+              for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
                 put(row, ow * kpad_ + co, get(base + ow * s[4]));
             }
           }

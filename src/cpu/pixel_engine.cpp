@@ -22,9 +22,9 @@ class PixelEngine final : public EngineImpl {
         ks_(ks),
         pairs_(pairs),
         k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
-        ax_{Axis(p_.in[0], p_.out[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]),
-            Axis(p_.in[1], p_.out[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]),
-            Axis(p_.in[2], p_.out[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2])},
+        ax_{Axis(p_.y_size[0], p_.dy_size[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]),
+            Axis(p_.y_size[1], p_.dy_size[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]),
+            Axis(p_.y_size[2], p_.dy_size[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2])},
         ci_(static_cast<int>(p_.Cin_g)),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {
@@ -48,9 +48,9 @@ class PixelEngine final : public EngineImpl {
     if (direct_dy_) {
       dy_n_ = s[0], dy_g_ = p.Cout_g * s[1], dy_c_ = s[1], dy_d_ = s[2], dy_h_ = s[3];
     } else {
-      dy_h_ = p.out[2];
-      dy_d_ = p.out[1] * dy_h_;
-      dy_c_ = p.out[0] * dy_d_;
+      dy_h_ = p.dy_size[2];
+      dy_d_ = p.dy_size[1] * dy_h_;
+      dy_c_ = p.dy_size[0] * dy_d_;
       dy_g_ = k_ * dy_c_;
       dy_n_ = p.G * dy_g_;
     }
@@ -59,14 +59,14 @@ class PixelEngine final : public EngineImpl {
     stage_w_ = p.y_strides[1] != 1 && p.stride[2] > 1;
     // With W stride 2 the two phases (first pixel 0 and 1) fill the two halves of a staged row contiguously,
     // interleaved when the row is stored.
-    halves_ = stage_w_ && p.stride[2] == 2 && p.in[2] >= 2 && ks.interleave_f32 != nullptr;
-    stage_row_ = halves_ ? 2 * ceil_div(p.in[2], 2) : p.in[2];
+    halves_ = stage_w_ && p.stride[2] == 2 && p.y_size[2] >= 2 && ks.interleave_f32 != nullptr;
+    stage_row_ = halves_ ? 2 * ceil_div(p.y_size[2], 2) : p.y_size[2];
     // Channel-last y: blocks of groups covering 16 channels (see run_task).
     gblock_ = p.y_strides[1] == 1 ? std::max<std::int64_t>(1, kLanes / ci_) : 1;
     check_memory(request, name(), memory());
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed_floats()) * 4, "the packed filter");
     // Row groups: up to rows_ consecutive rows of one H phase in one D plane.
-    for (std::int64_t id = 0; id < p.in[0]; ++id)
+    for (std::int64_t id = 0; id < p.y_size[0]; ++id)
       for (std::int64_t ph = 0; ph < p.stride[1]; ++ph)
         for (std::int64_t j = 0; j < ax_[1].phases[static_cast<std::size_t>(ph)].count; j += rows_)
           groups_.push_back({id, ph, j});
@@ -79,11 +79,12 @@ class PixelEngine final : public EngineImpl {
   // Once the blocking is chosen, before the packed filter and the row groups are allocated.
   EngineMemory memory() const {
     const std::int64_t taps = static_cast<std::int64_t>(tap_src_.size());
-    const std::int64_t groups = saturating_mul(p_.in[0], p_.in[1]);  // row groups: at most one per y row
+    const std::int64_t groups =
+        saturating_mul(p_.y_size[0], p_.y_size[1]);  // row groups: at most one per y row
     const std::int64_t tables = saturating_add(
         saturating_mul(taps, 8), saturating_mul(groups, static_cast<std::int64_t>(sizeof(Group))));
     const std::int64_t dy_units =
-        saturating_mul(saturating_mul(p_.N * p_.G, k_), p_.out[0] * p_.out[1] * p_.out[2]);
+        saturating_mul(saturating_mul(p_.N * p_.G, k_), p_.dy_size[0] * p_.dy_size[1] * p_.dy_size[2]);
     const std::int64_t per_thread =
         saturating_add(saturating_mul(taps, static_cast<std::int64_t>(sizeof(PixTap))),
                        saturating_mul(saturating_add(tile_floats(), stage_floats()), 4));
@@ -154,7 +155,7 @@ class PixelEngine final : public EngineImpl {
   }
   std::int64_t tile_floats() const { return gblock_ * ci_ * rows_ * p_vec_ * kLanes + 16; }
   std::int64_t stage_floats() const {
-    return stage_w_ ? saturating_add(saturating_mul(gblock_ * ci_ * rows_, stage_row_), p_.in[2]) : 0;
+    return stage_w_ ? saturating_add(saturating_mul(gblock_ * ci_ * rows_, stage_row_), p_.y_size[2]) : 0;
   }
 
   struct Group {
@@ -178,12 +179,12 @@ class PixelEngine final : public EngineImpl {
           if constexpr (lanes == 2) {
             if (interleave) {  // bf16 rows with contiguous W: interleave the pair's two rows
               const std::int64_t co = step * 2;
-              for (std::int64_t od = 0; od < p_.out[0]; ++od)
-                for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
+              for (std::int64_t od = 0; od < p_.dy_size[0]; ++od)
+                for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
                   const auto* a = static_cast<const std::uint16_t*>(dy) + n * s[0] +
                                   (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
                   ks_.interleave_bf16(a, co + 1 < p_.Cout_g ? a + s[1] : nullptr,
-                                      plane + (od * dy_d_ + oh * dy_h_) * 2, p_.out[2]);
+                                      plane + (od * dy_d_ + oh * dy_h_) * 2, p_.dy_size[2]);
                 }
               tiny[static_cast<std::size_t>(r)] =
                   ks_.any_tiny_bf16(reinterpret_cast<const std::uint16_t*>(plane), dy_c_ * lanes);
@@ -192,11 +193,11 @@ class PixelEngine final : public EngineImpl {
           }
           for (std::int64_t e = 0; e < lanes; ++e) {
             const std::int64_t co = step * lanes + e;
-            for (std::int64_t od = 0; od < p_.out[0]; ++od)
-              for (std::int64_t oh = 0; oh < p_.out[1]; ++oh) {
+            for (std::int64_t od = 0; od < p_.dy_size[0]; ++od)
+              for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
                 const std::int64_t base = n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
                 T* row = plane + (od * dy_d_ + oh * dy_h_) * lanes + e;
-                for (std::int64_t ow = 0; ow < p_.out[2]; ++ow)
+                for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
                   put(row, ow * lanes, co < p_.Cout_g ? get(base + ow * s[4]) : 0.0f);
               }
           }

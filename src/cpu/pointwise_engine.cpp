@@ -27,7 +27,7 @@ class PointwiseEngine final : public EngineImpl {
         pairs_(pairs),
         k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
         units_(ceil_div(p_.Cin_g, kUnit)),
-        pixels_(p_.in[0] * p_.in[1] * p_.in[2]),
+        pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {
     const Problem& p = p_;
@@ -164,7 +164,7 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
     why_not = "not pointwise (kernel 1x1x1, stride 1, no padding)";
   else if (p.dy_strides[1] == 1 || p.y_strides[1] == 1)
     why_not = "channels are contiguous (the GEMM engine's layout)";
-  else if (!contiguous_planes(p.dy_strides, p.out) || !contiguous_planes(p.y_strides, p.in))
+  else if (!contiguous_planes(p.dy_strides, p.dy_size) || !contiguous_planes(p.y_strides, p.y_size))
     why_not = "feature-map planes are not contiguous";
   else if (p.Cout_g > kMaxPanelSteps * (pairs ? 2 : 1))
     why_not = "Cout/groups is " + std::to_string(p.Cout_g) + ": its per-thread dy panel would be too large";

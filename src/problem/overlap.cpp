@@ -60,8 +60,8 @@ void require_disjoint(const NamedExtent& written, const std::vector<NamedExtent>
 }
 
 void require_y_disjoint(const Problem& p, const void* out_backprop, const void* filter, const void* y) {
-  const std::array<std::int64_t, 5> y_shape{p.N, p.Cin(), p.in[0], p.in[1], p.in[2]};
-  const std::array<std::int64_t, 5> dy_shape{p.N, p.Cout(), p.out[0], p.out[1], p.out[2]};
+  const std::array<std::int64_t, 5> y_shape{p.N, p.Cin(), p.y_size[0], p.y_size[1], p.y_size[2]};
+  const std::array<std::int64_t, 5> dy_shape{p.N, p.Cout(), p.dy_size[0], p.dy_size[1], p.dy_size[2]};
   const std::array<std::int64_t, 5> w_shape{p.Cout(), p.Cin_g, p.kernel[0], p.kernel[1], p.kernel[2]};
   require_disjoint({"y", byte_extent("y", y, dtype_size(p.y_dtype), y_shape.data(), p.y_strides.data(), 5)},
                    {{"out_backprop", byte_extent("out_backprop", out_backprop, dtype_size(p.dy_dtype),

@@ -19,11 +19,11 @@ TensorView TensorView::contiguous(const void* data, DType dtype, Layout layout,
   return v;
 }
 
-std::int64_t Problem::y_elements() const { return N * Cin() * in[0] * in[1] * in[2]; }
+std::int64_t Problem::y_elements() const { return N * Cin() * y_size[0] * y_size[1] * y_size[2]; }
 
 double Problem::flops() const {
-  return 2.0 * static_cast<double>(N) * static_cast<double>(Cout()) * static_cast<double>(out[0]) *
-         static_cast<double>(out[1]) * static_cast<double>(out[2]) * static_cast<double>(Cin_g) *
+  return 2.0 * static_cast<double>(N) * static_cast<double>(Cout()) * static_cast<double>(dy_size[0]) *
+         static_cast<double>(dy_size[1]) * static_cast<double>(dy_size[2]) * static_cast<double>(Cin_g) *
          static_cast<double>(kernel[0]) * static_cast<double>(kernel[1]) * static_cast<double>(kernel[2]);
 }
 
@@ -33,8 +33,8 @@ std::string Problem::describe() const {
   };
   const char* rounding[] = {"none", "hf32", "fp16"};
   std::ostringstream s;
-  s << "N=" << N << " Cin=" << Cin() << " Cout=" << Cout() << " groups=" << G << " y=" << triple(in)
-    << " dy=" << triple(out) << " kernel=" << triple(kernel) << " stride=" << triple(stride)
+  s << "N=" << N << " Cin=" << Cin() << " Cout=" << Cout() << " groups=" << G << " y=" << triple(y_size)
+    << " dy=" << triple(dy_size) << " kernel=" << triple(kernel) << " stride=" << triple(stride)
     << " dilation=" << triple(dilation) << " pads=" << pad_front[0] << "," << pad_back[0] << ","
     << pad_front[1] << "," << pad_back[1] << "," << pad_front[2] << "," << pad_back[2]
     << " dtype=" << to_string(dy_dtype);

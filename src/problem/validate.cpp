@@ -228,14 +228,14 @@ Problem validate(const ProblemSpec& spec) {
 
   for (int ax = 0; ax < 3; ++ax) {
     const int c = ax + 2;
-    p.in[ax] = y_shape[c];
+    p.y_size[ax] = y_shape[c];
     p.kernel[ax] = w.shape[c];
     p.stride[ax] = a.strides[feature_position(fmt, c)];
     p.dilation[ax] = a.dilations[feature_position(fmt, c)];
     p.pad_front[ax] = a.pads[2 * ax];
     p.pad_back[ax] = a.pads[2 * ax + 1];
     // All terms are below 2^31 (dims, pads) or 2^62 (dilated kernel): no overflow in 64 bits.
-    const std::int64_t padded = p.in[ax] + p.pad_front[ax] + p.pad_back[ax];
+    const std::int64_t padded = p.y_size[ax] + p.pad_front[ax] + p.pad_back[ax];
     const std::int64_t dilated = (p.kernel[ax] - 1) * p.dilation[ax] + 1;
     if (padded < dilated)
       fail("input_size", std::string(kAxis[c]) + " + pads (" + std::to_string(padded) +
@@ -246,7 +246,7 @@ Problem validate(const ProblemSpec& spec) {
       fail("out_backprop", std::string(kAxis[c]) + " is " + std::to_string(dy.shape[c]) +
                                " but input_size, filter, strides, pads and dilations imply " +
                                std::to_string(expected));
-    p.out[ax] = expected;
+    p.dy_size[ax] = expected;
   }
 
   check_extent("out_backprop", dy, kAxis);
@@ -254,7 +254,8 @@ Problem validate(const ProblemSpec& spec) {
   check_extent("y", y, kAxis);
   check_no_overlap(y);
   // Work counts used by engines (taps per y element times elements) must fit too.
-  checked_mul(checked_mul(checked_mul(p.N, p.G * p.Cin_g, "y"), p.in[0] * p.in[1], "y"), p.in[2], "y");
+  checked_mul(checked_mul(checked_mul(p.N, p.G * p.Cin_g, "y"), p.y_size[0] * p.y_size[1], "y"), p.y_size[2],
+              "y");
 
   p.dy_dtype = spec.out_backprop.dtype;
   p.filter_dtype = spec.filter.dtype;
@@ -285,7 +286,7 @@ Problem validate(const Problem& p) {
   const std::int64_t Cin = checked_mul(p.G, p.Cin_g, "input_size"),
                      Cout = checked_mul(p.G, p.Cout_g, "filter");
   ProblemSpec spec;
-  spec.attrs.input_size = {p.N, Cin, p.in[0], p.in[1], p.in[2]};
+  spec.attrs.input_size = {p.N, Cin, p.y_size[0], p.y_size[1], p.y_size[2]};
   spec.attrs.strides = {1, 1, p.stride[0], p.stride[1], p.stride[2]};
   spec.attrs.dilations = {1, 1, p.dilation[0], p.dilation[1], p.dilation[2]};
   spec.attrs.pads = {p.pad_front[0], p.pad_back[0],  p.pad_front[1],
@@ -295,14 +296,18 @@ Problem validate(const Problem& p) {
   spec.input_rounding = p.input_rounding;
   spec.overflow = p.overflow;
   spec.allow_mixed_dtypes = true;
-  spec.out_backprop = {
-      nullptr, p.dy_dtype, Layout::NCDHW, {p.N, Cout, p.out[0], p.out[1], p.out[2]}, p.dy_strides};
+  spec.out_backprop = {nullptr,
+                       p.dy_dtype,
+                       Layout::NCDHW,
+                       {p.N, Cout, p.dy_size[0], p.dy_size[1], p.dy_size[2]},
+                       p.dy_strides};
   spec.filter = {nullptr,
                  p.filter_dtype,
                  Layout::NCDHW,
                  {Cout, p.Cin_g, p.kernel[0], p.kernel[1], p.kernel[2]},
                  p.filter_strides};
-  spec.y = {nullptr, p.y_dtype, Layout::NCDHW, {p.N, Cin, p.in[0], p.in[1], p.in[2]}, p.y_strides};
+  spec.y = {
+      nullptr, p.y_dtype, Layout::NCDHW, {p.N, Cin, p.y_size[0], p.y_size[1], p.y_size[2]}, p.y_strides};
   Problem checked = validate(spec);
   checked.data_format = p.data_format;
   checked.filter_format = p.filter_format;

@@ -19,20 +19,20 @@ std::vector<double> compute(const Problem& p, const void* dy, const void* filter
   for (std::int64_t n = 0; n < p.N; ++n)
     for (std::int64_t c = 0; c < p.Cin(); ++c) {
       const std::int64_t g = c / p.Cin_g, ci = c % p.Cin_g;
-      for (std::int64_t id = 0; id < p.in[0]; ++id)
-        for (std::int64_t ih = 0; ih < p.in[1]; ++ih)
-          for (std::int64_t iw = 0; iw < p.in[2]; ++iw) {
+      for (std::int64_t id = 0; id < p.y_size[0]; ++id)
+        for (std::int64_t ih = 0; ih < p.y_size[1]; ++ih)
+          for (std::int64_t iw = 0; iw < p.y_size[2]; ++iw) {
             double sum = 0.0, magnitude = 0.0;
             for (std::int64_t co = g * p.Cout_g; co < (g + 1) * p.Cout_g; ++co)
               for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd) {
                 const std::int64_t td = id + p.pad_front[0] - kd * p.dilation[0];
-                if (td < 0 || td % p.stride[0] != 0 || td / p.stride[0] >= p.out[0]) continue;
+                if (td < 0 || td % p.stride[0] != 0 || td / p.stride[0] >= p.dy_size[0]) continue;
                 for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh) {
                   const std::int64_t th = ih + p.pad_front[1] - kh * p.dilation[1];
-                  if (th < 0 || th % p.stride[1] != 0 || th / p.stride[1] >= p.out[1]) continue;
+                  if (th < 0 || th % p.stride[1] != 0 || th / p.stride[1] >= p.dy_size[1]) continue;
                   for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw) {
                     const std::int64_t tw = iw + p.pad_front[2] - kw * p.dilation[2];
-                    if (tw < 0 || tw % p.stride[2] != 0 || tw / p.stride[2] >= p.out[2]) continue;
+                    if (tw < 0 || tw % p.stride[2] != 0 || tw / p.stride[2] >= p.dy_size[2]) continue;
                     const std::int64_t dy_at = n * ds[0] + co * ds[1] + td / p.stride[0] * ds[2] +
                                                th / p.stride[1] * ds[3] + tw / p.stride[2] * ds[4];
                     const std::int64_t w_at = co * fs[0] + ci * fs[1] + kd * fs[2] + kh * fs[3] + kw * fs[4];
@@ -89,9 +89,9 @@ class ReferenceEngine final : public EngineImpl {
     std::size_t index = 0;
     for (std::int64_t n = 0; n < p_.N; ++n)
       for (std::int64_t c = 0; c < p_.Cin(); ++c)
-        for (std::int64_t d = 0; d < p_.in[0]; ++d)
-          for (std::int64_t h = 0; h < p_.in[1]; ++h)
-            for (std::int64_t w = 0; w < p_.in[2]; ++w)
+        for (std::int64_t d = 0; d < p_.y_size[0]; ++d)
+          for (std::int64_t h = 0; h < p_.y_size[1]; ++h)
+            for (std::int64_t w = 0; w < p_.y_size[2]; ++w)
               numeric::store_f32(p_.y_dtype, y, n * s[0] + c * s[1] + d * s[2] + h * s[3] + w * s[4],
                                  static_cast<float>(values[index++]), p_.overflow);
   }

@@ -142,14 +142,14 @@ std::vector<unsigned char> reference_bytes(const Case& c, const Tensors& t,
   const auto out = c.out();
   for (std::size_t i = 0; i < c.ns(); ++i) {
     const std::size_t a = 3 - c.ns() + i;
-    p.in[a] = c.in[i], p.out[a] = out[i], p.kernel[a] = c.kernel[i], p.stride[a] = c.stride[i];
+    p.y_size[a] = c.in[i], p.dy_size[a] = out[i], p.kernel[a] = c.kernel[i], p.stride[a] = c.stride[i];
     p.dilation[a] = c.dilation[i], p.pad_front[a] = c.pad[i], p.pad_back[a] = c.back(i);
   }
-  for (std::size_t a = 0; a < 3 - c.ns(); ++a) p.in[a] = p.out[a] = p.kernel[a] = 1;
+  for (std::size_t a = 0; a < 3 - c.ns(); ++a) p.y_size[a] = p.dy_size[a] = p.kernel[a] = 1;
   p.dy_dtype = to_dtype(c.dy_type), p.filter_dtype = to_dtype(c.w_type), p.y_dtype = to_dtype(c.x_type);
   p.input_rounding = rounding;
   p.dy_strides = TensorView::contiguous(nullptr, p.dy_dtype, Layout::NCDHW,
-                                        {p.N, p.Cout(), p.out[0], p.out[1], p.out[2]})
+                                        {p.N, p.Cout(), p.dy_size[0], p.dy_size[1], p.dy_size[2]})
                      .strides;
   p.filter_strides = TensorView::contiguous(nullptr, p.filter_dtype, Layout::NCDHW,
                                             {p.Cout(), p.Cin_g, p.kernel[0], p.kernel[1], p.kernel[2]})

@@ -513,7 +513,9 @@ TEST(AclnnGradWeightBias, BitwiseIdenticalForAnyThreadCount) {
   spec.out_backprop = TensorView::contiguous(dys.data(), DType::f32, Layout::NCDHW, shape5(dy_shape));
   spec.filter = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, shape5(w_shape));
   spec.y = TensorView::contiguous(xs.data(), DType::f32, Layout::NCDHW, shape5(x_shape));
-  const Problem p = validate(spec);
+  const Problem problem = validate(spec);
+  const backward::GradientProblem p = backward::gradient_problem(problem, {DType::f32, problem.y_strides},
+                                                                 {DType::f32, problem.filter_strides});
   auto grads = [&](int threads) {
     std::vector<float> dw(6 * 2 * 27), db(6);
     backward::weight_gradient(p, dys.data(), xs.data(), dw.data(), {threads, false});

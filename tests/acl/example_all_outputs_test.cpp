@@ -51,8 +51,10 @@ Expected expected() {
   spec.filter = TensorView::contiguous(w.data(), DType::f32, Layout::NCDHW, kW);
   spec.y = TensorView::contiguous(e.dx.data(), DType::f32, Layout::NCDHW, kX);
   conv3d_backprop_input(spec);
-  // The same problem read the other way: y describes the forward input, the filter gradWeight.
-  const Problem p = validate(spec);
+  // The same problem's other gradients: x has y's shape, gradWeight the filter's (both contiguous fp32).
+  const Problem problem = validate(spec);
+  const backward::GradientProblem p = backward::gradient_problem(problem, {DType::f32, problem.y_strides},
+                                                                 {DType::f32, problem.filter_strides});
   backward::weight_gradient(p, dy.data(), x.data(), e.dw.data());
   backward::bias_gradient(p, dy.data(), e.db.data(), DType::f32, 1);
   return e;
