@@ -119,4 +119,11 @@ std::string format_flags(const std::vector<FlagSpec>& flags) {
   return out;
 }
 
+bool wants_help(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
 }  // namespace conv3d_dx::cli

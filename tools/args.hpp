@@ -53,6 +53,9 @@ std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::str
 // One decimal integer in [min, max].
 std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t min, std::int64_t max);
 
+// True when args ask for help (--help or -h anywhere): every command then prints its help and does nothing.
+bool wants_help(const std::vector<std::string>& args);
+
 // Help text for a list of flags, one per line, aligned.
 std::string format_flags(const std::vector<FlagSpec>& flags);
 

@@ -165,12 +165,8 @@ int bench_command(const std::vector<std::string>& argv) {
     }
     jobs = suite_jobs(pa, only);
   } else {
-    const std::vector<std::size_t> counts =
-        pa.two_d() ? std::vector<std::size_t>{5, 4} : std::vector<std::size_t>{5};
-    const auto dy = parse_int_list("--out-backprop-shape", args.required("--out-backprop-shape"), counts);
-    const auto w = parse_int_list("--filter-shape", args.required("--filter-shape"), counts);
-    const Shape5 dy5 = to_5d(dy, pa.attrs.data_format, pa.two_d(), "--out-backprop-shape");
-    const Shape5 w5 = to_5d(w, pa.filter_format, pa.two_d(), "--filter-shape");
+    const Shape5 dy5 = parse_shape(args, "--out-backprop-shape", pa.attrs.data_format, pa.two_d());
+    const Shape5 w5 = parse_shape(args, "--filter-shape", pa.filter_format, pa.two_d());
     jobs.push_back(
         {args.get("--name").value_or("custom"), make_spec(pa, dy5, w5, pa.dtype.value_or(DType::f32))});
   }

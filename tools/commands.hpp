@@ -12,7 +12,4 @@ int validate_command(const std::vector<std::string>& args);
 int demo_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
 
-// True when args ask for help (--help or -h anywhere).
-bool wants_help(const std::vector<std::string>& args);
-
 }  // namespace conv3d_dx::cli

@@ -3,6 +3,8 @@
 #include <cctype>
 #include <limits>
 
+#include "problem/validate.hpp"
+
 namespace conv3d_dx::cli {
 
 std::vector<FlagSpec> attribute_flags() {
@@ -48,26 +50,11 @@ Layout parse_layout_flag(const std::string& flag, const std::string& text, bool 
   return l;
 }
 
-// Where D sits in a layout's 5-D order.
-std::size_t d_index(Layout layout) {
-  switch (layout) {
-    case Layout::NCDHW:
-      return 2;
-    case Layout::NDHWC:
-      return 1;
-    case Layout::DHWCN:
-      return 0;
-  }
-  return 0;
-}
-
-std::array<std::int64_t, 5> attribute5(const std::vector<std::int64_t>& v, Layout data_format) {
-  std::vector<std::int64_t> w = v;
-  if (w.size() == 4) w.insert(w.begin() + static_cast<std::ptrdiff_t>(d_index(data_format)), 1);
-  return {w[0], w[1], w[2], w[3], w[4]};
-}
-
 }  // namespace
+
+std::vector<std::size_t> value_counts(bool two_d) {
+  return two_d ? std::vector<std::size_t>{5, 4} : std::vector<std::size_t>{5};
+}
 
 ParsedAttributes parse_attributes(const Args& args, bool geometry_optional) {
   ParsedAttributes pa;
@@ -77,14 +64,12 @@ ParsedAttributes parse_attributes(const Args& args, bool geometry_optional) {
     pa.filter_format = parse_layout_flag("--filter-format", *v, true);
 
   if (!geometry_optional || args.has("--input-size")) {
-    a.input_size = parse_int_list("--input-size", args.required("--input-size"), {5, 4});
+    a.input_size = parse_int_list("--input-size", args.required("--input-size"), value_counts(true));
   }
   const bool two_d = pa.two_d();
-  const std::vector<std::size_t> five_or_four =
-      two_d ? std::vector<std::size_t>{5, 4} : std::vector<std::size_t>{5};
+  const std::vector<std::size_t> counts = value_counts(two_d);
   if (!geometry_optional || args.has("--strides")) {
-    a.strides =
-        attribute5(parse_int_list("--strides", args.required("--strides"), five_or_four), a.data_format);
+    a.strides = expand_to_5d(parse_int_list("--strides", args.required("--strides"), counts), a.data_format);
   }
   if (!geometry_optional || args.has("--pads")) {
     std::vector<std::int64_t> p =
@@ -94,7 +79,7 @@ ParsedAttributes parse_attributes(const Args& args, bool geometry_optional) {
     a.pads = {p[0], p[1], p[2], p[3], p[4], p[5]};
   }
   if (const auto v = args.get("--dilations")) {
-    a.dilations = attribute5(parse_int_list("--dilations", *v, five_or_four), a.data_format);
+    a.dilations = expand_to_5d(parse_int_list("--dilations", *v, counts), a.data_format);
   }
   if (const auto v = args.get("--groups")) {
     a.groups = parse_int("--groups", *v, std::numeric_limits<std::int64_t>::min(),
@@ -122,15 +107,14 @@ ParsedAttributes parse_attributes(const Args& args, bool geometry_optional) {
 }
 
 Shape5 to_5d(const std::vector<std::int64_t>& shape, Layout layout, bool two_d, const std::string& flag) {
-  if (shape.size() == 5) return {shape[0], shape[1], shape[2], shape[3], shape[4]};
-  if (shape.size() == 4 && two_d) {
-    std::vector<std::int64_t> s = shape;
-    s.insert(s.begin() + static_cast<std::ptrdiff_t>(d_index(layout)), 1);
-    return {s[0], s[1], s[2], s[3], s[4]};
-  }
+  if (shape.size() == 5 || (shape.size() == 4 && two_d)) return expand_to_5d(shape, layout);
   throw CliError(2, "invalid " + flag + ": the array has " + std::to_string(shape.size()) +
                         " dimensions; expected 5" + (two_d ? " or 4 (a 2-D problem)" : "") + " in " +
                         to_string(layout) + " order");
+}
+
+Shape5 parse_shape(const Args& args, const std::string& flag, Layout layout, bool two_d) {
+  return to_5d(parse_int_list(flag, args.required(flag), value_counts(two_d)), layout, two_d, flag);
 }
 
 ProblemSpec make_spec(const ParsedAttributes& pa, const Shape5& dy_shape, const Shape5& filter_shape,
@@ -140,9 +124,9 @@ ProblemSpec make_spec(const ParsedAttributes& pa, const Shape5& dy_shape, const 
   spec.overflow = pa.overflow;
   spec.out_backprop = TensorView::contiguous(nullptr, dtype, pa.attrs.data_format, dy_shape);
   spec.filter = TensorView::contiguous(nullptr, dtype, pa.filter_format, filter_shape);
-  Shape5 y_shape{};
+  Shape5 y_shape{};  // zeros when input_size has a wrong count, which validate() reports
   const std::vector<std::int64_t>& in = pa.attrs.input_size;
-  if (in.size() == 5 || in.size() == 4) y_shape = to_5d(in, pa.attrs.data_format, true, "--input-size");
+  if (in.size() == 5 || in.size() == 4) y_shape = expand_to_5d(in, pa.attrs.data_format);
   spec.y = TensorView::contiguous(nullptr, pa.output_dtype.value_or(dtype), pa.attrs.data_format, y_shape);
   return spec;
 }

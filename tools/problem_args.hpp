@@ -29,13 +29,20 @@ struct ParsedAttributes {
   bool two_d() const { return attrs.input_size.size() == 4; }
 };
 
+// How many values a shape or attribute list may have: 5, or also 4 for a 2-D problem (D = 1 inserted).
+std::vector<std::size_t> value_counts(bool two_d);
+
 // Parses the attribute flags. --input-size, --strides and --pads are required unless `geometry_optional`
 // (bench --suite and demo supply their own).
 ParsedAttributes parse_attributes(const Args& args, bool geometry_optional = false);
 
-// Turns a 4-D or 5-D shape in `layout` order into 5-D by inserting D = 1 where the layout keeps D.
+// Turns a 4-D or 5-D shape in `layout` order into 5-D by inserting D = 1 where the layout keeps D
+// (expand_to_5d).
 // A 4-D shape is accepted only for a 2-D problem; `flag` names the source in errors.
 Shape5 to_5d(const std::vector<std::int64_t>& shape, Layout layout, bool two_d, const std::string& flag);
+
+// A required shape flag (--out-backprop-shape, --filter-shape) in `layout` order, as 5-D.
+Shape5 parse_shape(const Args& args, const std::string& flag, Layout layout, bool two_d);
 
 // The spec for contiguous tensors of the given shapes (in data-format / filter-format order) and dtype;
 // y is contiguous with the shape of input_size. Data pointers are left null.

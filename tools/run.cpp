@@ -117,12 +117,8 @@ void print_problem(std::ostream& out, const Problem& p) {
       << "  groups " << p.G << ", stride " << dims(p.stride) << ", dilation " << dims(p.dilation)
       << ", pads front/back " << p.pad_front[0] << "/" << p.pad_back[0] << ", top/bottom " << p.pad_front[1]
       << "/" << p.pad_back[1] << ", left/right " << p.pad_front[2] << "/" << p.pad_back[2] << "\n"
-      << "  input rounding: "
-      << (p.input_rounding == InputRounding::hf32   ? "hf32"
-          : p.input_rounding == InputRounding::fp16 ? "fp16"
-                                                    : "none")
-      << ", output overflow: " << (p.overflow == OverflowMode::saturate ? "saturate" : "ieee (inf/NaN)")
-      << "\n"
+      << "  input rounding: " << to_string(p.input_rounding) << ", output overflow: " << to_string(p.overflow)
+      << (p.overflow == OverflowMode::ieee ? " (inf/NaN)" : "") << "\n"
       << "  work: " << p.flops() / 1e9 << " GFLOP (2*N*Cout*Do*Ho*Wo*Cin/G*kD*kH*kW)\n";
 }
 
@@ -175,12 +171,8 @@ int validate_command(const std::vector<std::string>& argv) {
   }
   const Args args(argv, flags, "validate");
   const ParsedAttributes pa = parse_attributes(args);
-  const std::vector<std::size_t> counts =
-      pa.two_d() ? std::vector<std::size_t>{5, 4} : std::vector<std::size_t>{5};
-  const auto dy_shape = parse_int_list("--out-backprop-shape", args.required("--out-backprop-shape"), counts);
-  const auto w_shape = parse_int_list("--filter-shape", args.required("--filter-shape"), counts);
-  const Shape5 dy5 = to_5d(dy_shape, pa.attrs.data_format, pa.two_d(), "--out-backprop-shape");
-  const Shape5 w5 = to_5d(w_shape, pa.filter_format, pa.two_d(), "--filter-shape");
+  const Shape5 dy5 = parse_shape(args, "--out-backprop-shape", pa.attrs.data_format, pa.two_d());
+  const Shape5 w5 = parse_shape(args, "--filter-shape", pa.filter_format, pa.two_d());
   const ProblemSpec spec = make_spec(pa, dy5, w5, pa.dtype.value_or(DType::f32));
 
   Problem problem;
@@ -198,13 +190,6 @@ int validate_command(const std::vector<std::string>& argv) {
     for (const std::string& why : v.violations) std::cout << "    - " << why << "\n";
   }
   return 0;
-}
-
-bool wants_help(const std::vector<std::string>& args) {
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") return true;
-  }
-  return false;
 }
 
 }  // namespace conv3d_dx::cli

@@ -49,6 +49,8 @@ class Error : public std::runtime_error {
 const char* to_string(DType);
 const char* to_string(Layout);
 const char* to_string(Isa);
+const char* to_string(OverflowMode);   // "ieee", "saturate"
+const char* to_string(InputRounding);  // "none", "hf32", "fp16"
 std::size_t dtype_size(DType);
 // Parse "fp32"/"float32", "fp16", "bf16", "hif8"/"hifloat8", "fp8_e4m3fn"/"float8_e4m3fn"; "NCDHW" etc.
 DType parse_dtype(const std::string&);

@@ -1,7 +1,9 @@
-// libopapi: aclnnConvolutionBackward. It only translates: the aclnn arguments are checked under their aclnn
-// names and mapped onto 5-D NCDHW conv3d_dx::ProblemSpecs (rank 4 and 3 insert D = 1 and H = 1). gradInput
-// runs through a conv3d_dx::Plan; gradWeight and gradBias through conv3d_dx::backward, on Problems from the
-// same validate(). The executor holds all of it until it runs.
+// libopapi: aclnnConvolutionBackward. It only translates: what is aclnn's own (ranks, formats, outputMask,
+// transposed, cubeMathType, dtype promotion, gradWeight and gradBias, the padding and outputPadding forms) is
+// checked here; everything else is mapped onto 5-D NCDHW conv3d_dx::ProblemSpecs (rank 4 and 3 insert D = 1
+// and H = 1) that validate() judges under the aclnn names. gradInput runs through a conv3d_dx::Plan;
+// gradWeight and gradBias through conv3d_dx::backward, on Problems from the same validate(). The executor
+// holds all of it until it runs.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -14,11 +16,11 @@
 #include "internal.hpp"
 #include "numeric/numeric.hpp"
 #include "problem/overlap.hpp"
+#include "problem/validate.hpp"
 
 namespace conv3d_dx::acl {
 namespace {
 
-constexpr std::int64_t kMaxDim = 2147483647;  // 2^31 - 1
 constexpr std::size_t kAlign = 64;
 
 // A failure with its aclnn status; caught at the C boundary.
@@ -98,28 +100,15 @@ void check_format(const aclTensor& t, const char* name) {
   }
 }
 
-void check_dims(const aclTensor& t, const char* name, bool batch_may_be_zero) {
-  for (std::size_t i = 0; i < t.dims.size(); ++i) {
-    const std::int64_t lo = (batch_may_be_zero && i == 0) ? 0 : 1;
-    if (t.dims[i] < lo || t.dims[i] > kMaxDim) {
-      invalid(std::string(name) + " " + axis_name(t.dims.size(), i) + " is " + std::to_string(t.dims[i]) +
-              " but must be in [" + std::to_string(lo) + ", 2147483647]");
-    }
-  }
-}
-
 // The tensor as a 5-D NCDHW view: missing leading spatial axes get size 1 and the stride a contiguous
 // tensor would have there (so contiguous stays contiguous).
 TensorView view5(const aclTensor& t, DType dtype, void* data) {
   TensorView v;
   v.dtype = dtype;
   v.layout = Layout::NCDHW;
+  v.shape = expand_to_5d(t.dims, Layout::NCDHW);
+  v.strides = expand_to_5d(t.strides, Layout::NCDHW, 0);
   const std::size_t missing = 5 - t.dims.size();
-  for (std::size_t i = 0; i < 5; ++i) {
-    const std::size_t src = i < 2 ? i : (i < 2 + missing ? SIZE_MAX : i - missing);
-    v.shape[i] = src == SIZE_MAX ? 1 : t.dims[src];
-    v.strides[i] = src == SIZE_MAX ? 0 : t.strides[src];
-  }
   for (std::size_t i = 1 + missing; i >= 2; --i) {
     if (__builtin_mul_overflow(v.strides[i + 1], v.shape[i + 1], &v.strides[i])) v.strides[i] = 1;
   }
@@ -178,20 +167,26 @@ struct Arguments {
   aclTensor *gradInput, *gradWeight, *gradBias;
 };
 
-// Checks a rank-2 int array of stride-like values.
-std::vector<std::int64_t> spatial_values(const aclIntArray& a, const char* name, std::size_t count,
-                                         std::int64_t lo, const char* rule) {
+// An int array with one value per spatial axis (their ranges are validate()'s).
+const std::vector<std::int64_t>& spatial_values(const aclIntArray& a, const char* name, std::size_t count) {
   if (a.values.size() != count) {
     invalid(std::string(name) + " has " + std::to_string(a.values.size()) + " values " + join(a.values) +
             " but rank-" + std::to_string(count + 2) + " tensors need " + std::to_string(count));
   }
-  for (std::size_t i = 0; i < count; ++i) {
-    if (a.values[i] < lo || a.values[i] > kMaxDim) {
-      invalid(std::string(name) + " " + join(a.values) + ": entry " + std::to_string(i) + " is " +
-              std::to_string(a.values[i]) + " but must be " + rule);
-    }
-  }
   return a.values;
+}
+
+// validate()'s messages in aclnn's words: input is y's shape (input_size), weight the filter, gradInput y.
+ParameterNames aclnn_names(std::size_t rank, const Arguments& a) {
+  ParameterNames n;
+  n.input_size = "input", n.out_backprop = "gradOutput", n.filter = "weight", n.y = "gradInput";
+  n.strides = "stride", n.pads = "padding", n.dilations = "dilation";
+  n.axes = {"N", "C", "D", "H", rank == 3 ? "L" : "W"};  // D (and H) of rank 4 (3) are inserted, always 1
+  n.filter_axes = n.axes;
+  n.strides_text = join(a.stride->values);
+  n.pads_text = join(a.padding->values);
+  n.dilations_text = join(a.dilation->values);
+  return n;
 }
 
 // The overlap rule (problem/overlap.hpp) for the three outputs: each must not share a byte with a tensor it
@@ -309,21 +304,14 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
     }
   }
 
-  // Shapes and parameters.
-  check_dims(x, "input", true);
-  check_dims(w, "weight", false);
-  check_dims(dy, "gradOutput", true);
-  const std::pair<const aclTensor*, const char*> same_shape[] = {
-      {want_input ? a.gradInput : nullptr, "input"}, {want_weight ? a.gradWeight : nullptr, "weight"}};
-  for (auto [t, like] : same_shape) {
-    if (t == nullptr) continue;
-    const aclTensor& model = t == a.gradInput ? x : w;
-    const char* name = t == a.gradInput ? "gradInput" : "gradWeight";
+  // Shapes and parameters: gradWeight and gradBias, and the counts of the int arrays, are aclnn's; every
+  // other rule is validate()'s, on the problem below.
+  if (want_weight) {
     for (std::size_t i = 0; i < rank; ++i) {
-      if (t->dims[i] != model.dims[i]) {
-        invalid(std::string(name) + " " + axis_name(rank, i) + " is " + std::to_string(t->dims[i]) + " but " +
-                like + " " + axis_name(rank, i) + " is " + std::to_string(model.dims[i]) +
-                "; the shapes must be equal");
+      if (a.gradWeight->dims[i] != w.dims[i]) {
+        invalid(std::string("gradWeight ") + axis_name(rank, i) + " is " +
+                std::to_string(a.gradWeight->dims[i]) + " but weight " + axis_name(rank, i) + " is " +
+                std::to_string(w.dims[i]) + "; the shapes must be equal");
       }
     }
   }
@@ -339,11 +327,10 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
     }
   }
   const std::size_t ns = rank - 2;
-  const auto stride = spatial_values(*a.stride, "stride", ns, 1, "in [1, 2147483647]");
-  const auto dilation = spatial_values(*a.dilation, "dilation", ns, 1, "in [1, 2147483647]");
+  const auto& stride = spatial_values(*a.stride, "stride", ns);
+  const auto& dilation = spatial_values(*a.dilation, "dilation", ns);
   std::vector<std::int64_t> pad_front, pad_back;
   if (rank == 4 && a.padding->values.size() == 4) {  // top, bottom, left, right
-    spatial_values(*a.padding, "padding", 4, 0, "in [0, 2147483647]");
     pad_front = {a.padding->values[0], a.padding->values[2]};
     pad_back = {a.padding->values[1], a.padding->values[3]};
   } else {
@@ -351,67 +338,28 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
       invalid("padding has " + std::to_string(a.padding->values.size()) + " values " +
               join(a.padding->values) + " but rank-4 tensors need 2 (H, W) or 4 (top, bottom, left, right)");
     }
-    pad_front = pad_back = spatial_values(*a.padding, "padding", ns, 0, "in [0, 2147483647]");
+    pad_front = pad_back = spatial_values(*a.padding, "padding", ns);
   }
-  spatial_values(*a.outputPadding, "outputPadding", ns, 0, "0 when transposed is false");
+  const auto& output_padding = spatial_values(*a.outputPadding, "outputPadding", ns);
   for (std::size_t i = 0; i < ns; ++i) {
-    if (a.outputPadding->values[i] != 0) {
-      invalid("outputPadding " + join(a.outputPadding->values) + ": entry " + std::to_string(i) + " is " +
-              std::to_string(a.outputPadding->values[i]) + " but must be 0 when transposed is false");
-    }
-  }
-  if (a.groups < 1 || a.groups > 65535)
-    invalid("groups is " + std::to_string(a.groups) + " but must be in [1, 65535]");
-  if (w.dims[0] % a.groups != 0) {
-    invalid("groups is " + std::to_string(a.groups) + " but weight N (output channels, " +
-            std::to_string(w.dims[0]) + ") is not divisible by it");
-  }
-  if (x.dims[1] != w.dims[1] * a.groups) {
-    invalid("input C is " + std::to_string(x.dims[1]) + " but weight C (" + std::to_string(w.dims[1]) +
-            ") * groups (" + std::to_string(a.groups) + ") is " + std::to_string(w.dims[1] * a.groups));
-  }
-  if (dy.dims[1] != w.dims[0]) {
-    invalid("gradOutput C is " + std::to_string(dy.dims[1]) + " but weight N (output channels) is " +
-            std::to_string(w.dims[0]));
-  }
-  if (dy.dims[0] != x.dims[0]) {
-    invalid("gradOutput N is " + std::to_string(dy.dims[0]) + " but input N is " + std::to_string(x.dims[0]));
-  }
-  for (std::size_t i = 0; i < ns; ++i) {
-    const char* axis = axis_name(rank, i + 2);
-    // Every term is below 2^31 except the dilated kernel (below 2^62): no overflow.
-    const std::int64_t padded = x.dims[i + 2] + pad_front[i] + pad_back[i];
-    const std::int64_t dilated = (w.dims[i + 2] - 1) * dilation[i] + 1;
-    if (padded < dilated) {
-      invalid(std::string("input ") + axis + " plus padding (" + std::to_string(padded) +
-              ") is smaller than the dilated weight " + axis + " (" + std::to_string(dilated) + ")");
-    }
-    const std::int64_t expected = (padded - dilated) / stride[i] + 1;
-    if (dy.dims[i + 2] != expected) {
-      invalid(std::string("gradOutput ") + axis + " is " + std::to_string(dy.dims[i + 2]) +
-              " but input, weight, stride, padding and dilation imply " + std::to_string(expected));
+    if (output_padding[i] != 0) {
+      invalid("outputPadding " + join(output_padding) + ": entry " + std::to_string(i) + " is " +
+              std::to_string(output_padding[i]) + " but must be 0 when transposed is false");
     }
   }
 
-  // Data: input's is only read for gradWeight; the others are needed whenever they hold elements.
-  if (dy.data == nullptr && elements(dy) > 0) null("gradOutput data (tensorData)");
-  if (w.data == nullptr) null("weight data (tensorData)");
-  if (want_weight && x.data == nullptr && elements(x) > 0) null("input data (tensorData)");
-  if (want_input && a.gradInput->data == nullptr && elements(*a.gradInput) > 0)
-    null("gradInput data (tensorData)");
-  if (want_weight && a.gradWeight->data == nullptr) null("gradWeight data (tensorData)");
-  if (want_bias && a.gradBias->data == nullptr) null("gradBias data (tensorData)");
-
-  check_overlaps(a, want_input, want_weight, want_bias);
-
-  // The conv3d_dx problem.
+  // The conv3d_dx problem. gradInput is y, unless conv3d_dx cannot write it directly: conv3d_dx writes y in
+  // an input dtype or fp32 (docs/operator.md), rounding its fp32 sums once. When promotion gave input a third
+  // dtype, or under USE_FP16 ("computed in fp16, the result cast back") unless gradInput is fp16 and so an
+  // input dtype, y goes through fp32 in the workspace: the same sums, rounded once by the conversion. Without
+  // gradInput, the rest is validated as if it were a contiguous fp32 tensor like input.
   ProblemSpec spec;
   spec.allow_mixed_dtypes = true;
   spec.attrs.data_format = Layout::NCDHW;
-  spec.attrs.input_size = {x.dims[0], x.dims[1], 1, 1, 1};
+  const std::array<std::int64_t, 5> input_size = expand_to_5d(x.dims, Layout::NCDHW);
+  spec.attrs.input_size.assign(input_size.begin(), input_size.end());
   for (std::size_t i = 0; i < ns; ++i) {
     const std::size_t axis = 3 - ns + i;  // 0 = D, 1 = H, 2 = W
-    spec.attrs.input_size[2 + axis] = x.dims[2 + i];
     spec.attrs.strides[2 + axis] = stride[i];
     spec.attrs.dilations[2 + axis] = dilation[i];
     spec.attrs.pads[2 * axis] = pad_front[i];
@@ -425,6 +373,28 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
                                                                        : InputRounding::none;
   auto e = std::make_unique<ConvBackwardExecutor>();
   const TensorView x_view = view5(x, x_type, x.data);
+  if (want_input) {
+    e->final_y = view5(*a.gradInput, x_type, a.gradInput->data);
+    e->through_fp16 = a.cubeMathType == 2 && x_type != DType::f16;
+    e->via_f32 = e->through_fp16 || !(x_type == dy_type || x_type == w_type || x_type == DType::f32);
+  }
+  spec.y = want_input && !e->via_f32 ? e->final_y
+                                     : TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW,
+                                                              want_input ? e->final_y.shape : x_view.shape);
+  const ParameterNames names = aclnn_names(rank, a);
+  const Problem problem = validate(spec, names);
+
+  // Data: input's is only read for gradWeight; the others are needed whenever they hold elements.
+  if (dy.data == nullptr && elements(dy) > 0) null("gradOutput data (tensorData)");
+  if (w.data == nullptr) null("weight data (tensorData)");
+  if (want_weight && x.data == nullptr && elements(x) > 0) null("input data (tensorData)");
+  if (want_input && a.gradInput->data == nullptr && elements(*a.gradInput) > 0)
+    null("gradInput data (tensorData)");
+  if (want_weight && a.gradWeight->data == nullptr) null("gradWeight data (tensorData)");
+  if (want_bias && a.gradBias->data == nullptr) null("gradBias data (tensorData)");
+
+  check_overlaps(a, want_input, want_weight, want_bias);
+
   e->dy = spec.out_backprop.data;
   e->gradient_options.through_fp16 = a.cubeMathType == 2;
   if (want_weight) {
@@ -435,37 +405,18 @@ std::unique_ptr<ConvBackwardExecutor> prepare(const Arguments& a) {
     ProblemSpec ws = spec;
     ws.filter = view5(*a.gradWeight, w_type, a.gradWeight->data);
     ws.y = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, x_view.shape);
-    Problem p;
-    try {
-      p = validate(ws);
-    } catch (const Error& err) {
-      if (err.parameter() != "filter") throw;
-      invalid(std::string("gradWeight: ") + err.what());
-    }
+    ParameterNames gradient_names = names;
+    gradient_names.filter = "gradWeight";
+    const Problem p = validate(ws, gradient_names);
     backward::require_distinct("gradWeight", ws.filter.shape, ws.filter.strides);
     e->weight_problem = backward::gradient_problem(
         p, {x_type, x_view.strides}, {to_dtype(*a.gradWeight, "gradWeight"), ws.filter.strides});
     e->x = x_view.data;
     e->dw = ws.filter.data;
   }
-  if (!want_input) {  // validate the rest as if gradInput were a contiguous fp32 tensor like input
-    spec.y = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, x_view.shape);
-    const Problem p = validate(spec);
-    if (want_bias) set_bias(*e, p, *a.gradBias);
-    return e;
-  }
-  const aclTensor& gx = *a.gradInput;
-  e->final_y = view5(gx, x_type, gx.data);
-  spec.y = e->final_y;
-  // conv3d_dx writes y in an input dtype or fp32 (docs/operator.md), rounding its fp32 sums once. When
-  // promotion gave input a third dtype, or under USE_FP16 ("computed in fp16, the result cast back") unless
-  // gradInput is fp16 and so an input dtype, y goes through fp32 in the workspace: the same sums, rounded
-  // once by the conversion.
-  e->through_fp16 = a.cubeMathType == 2 && x_type != DType::f16;
-  e->via_f32 = e->through_fp16 || !(x_type == dy_type || x_type == w_type || x_type == DType::f32);
-  if (e->via_f32) spec.y = TensorView::contiguous(nullptr, DType::f32, Layout::NCDHW, e->final_y.shape);
-  e->plan.emplace(validate(spec));
-  if (want_bias) set_bias(*e, e->plan->problem(), *a.gradBias);
+  if (want_bias) set_bias(*e, problem, *a.gradBias);
+  if (!want_input) return e;
+  e->plan.emplace(problem);
   e->filter = spec.filter.data;
   e->y = e->final_y.data;
   // Workspace: [slack to align the start to 64 bytes][the plan's scratch][the fp32 result, if any].
@@ -524,11 +475,12 @@ aclnnStatus guarded(const char* fn, Body&& body) {
     set_error(std::string(fn) + ": " + f.message);
     return f.status;
   } catch (const Error& err) {
-    // The aclnn checks above leave nothing for validate() to reject except the extent and aliasing rules
-    // of the views; name the tensors as aclnn does.
+    // validate() names the parameters as aclnn does; an error that does not open with its parameter gets it
+    // in front, in aclnn's words.
     std::string p = err.parameter();
     p = p == "out_backprop" ? "gradOutput" : p == "filter" ? "weight" : p == "y" ? "gradInput" : p;
-    set_error(std::string(fn) + ": " + (p.empty() ? "" : p + ": ") + err.what());
+    const std::string what = err.what();
+    set_error(std::string(fn) + ": " + (p.empty() || what.rfind(p + " ", 0) == 0 ? "" : p + ": ") + what);
     switch (err.code()) {
       case ErrorCode::null_pointer:
         return ACLNN_ERR_PARAM_NULLPTR;

@@ -50,6 +50,28 @@ const char* to_string(Layout l) {
   return "unknown";
 }
 
+const char* to_string(OverflowMode mode) {
+  switch (mode) {
+    case OverflowMode::ieee:
+      return "ieee";
+    case OverflowMode::saturate:
+      return "saturate";
+  }
+  return "unknown";
+}
+
+const char* to_string(InputRounding rounding) {
+  switch (rounding) {
+    case InputRounding::none:
+      return "none";
+    case InputRounding::hf32:
+      return "hf32";
+    case InputRounding::fp16:
+      return "fp16";
+  }
+  return "unknown";
+}
+
 const char* to_string(Isa isa) {
   switch (isa) {
     case Isa::best:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "conv3d_dx/conv3d_dx.hpp"
+#include "problem/validate.hpp"
 
 namespace conv3d_dx {
 
@@ -36,7 +37,8 @@ struct NamedExtent {
 void require_disjoint(const NamedExtent& written, const std::vector<NamedExtent>& others);
 
 // The rule for the input gradient: y shares no byte with out_backprop or the filter, all laid out as `p`
-// says. A null pointer is skipped (a filter already packed is not read again).
-void require_y_disjoint(const Problem& p, const void* out_backprop, const void* filter, const void* y);
+// says, named as `names` says. A null pointer is skipped (a filter already packed is not read again).
+void require_y_disjoint(const Problem& p, const void* out_backprop, const void* filter, const void* y,
+                        const ParameterNames& names = {});
 
 }  // namespace conv3d_dx

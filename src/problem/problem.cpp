@@ -31,7 +31,6 @@ std::string Problem::describe() const {
   auto triple = [](const std::array<std::int64_t, 3>& a) {
     return std::to_string(a[0]) + "x" + std::to_string(a[1]) + "x" + std::to_string(a[2]);
   };
-  const char* rounding[] = {"none", "hf32", "fp16"};
   std::ostringstream s;
   s << "N=" << N << " Cin=" << Cin() << " Cout=" << Cout() << " groups=" << G << " y=" << triple(y_size)
     << " dy=" << triple(dy_size) << " kernel=" << triple(kernel) << " stride=" << triple(stride)
@@ -40,9 +39,8 @@ std::string Problem::describe() const {
     << " dtype=" << to_string(dy_dtype);
   if (filter_dtype != dy_dtype) s << " filter_dtype=" << to_string(filter_dtype);
   s << " y_dtype=" << to_string(y_dtype) << " data_format=" << to_string(data_format)
-    << " filter_format=" << to_string(filter_format)
-    << " input_rounding=" << rounding[static_cast<int>(input_rounding)]
-    << " overflow=" << (overflow == OverflowMode::saturate ? "saturate" : "ieee");
+    << " filter_format=" << to_string(filter_format) << " input_rounding=" << to_string(input_rounding)
+    << " overflow=" << to_string(overflow);
   return s.str();
 }
 

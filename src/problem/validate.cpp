@@ -1,7 +1,10 @@
 // The one place where arguments become a Problem: every rule of docs/operator.md is checked here, before
 // anything is computed or written, and each failure names the parameter, the value and the rule.
+#include "problem/validate.hpp"
+
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "numeric/numeric.hpp"
 #include "problem/checked.hpp"
@@ -10,10 +13,8 @@
 namespace conv3d_dx {
 namespace {
 
-constexpr std::int64_t kMaxDim = 2147483647;  // 2^31 - 1
 constexpr std::int64_t kMaxGroups = 65535;
-constexpr const char* kAxis[5] = {"N", "C", "D", "H", "W"};
-constexpr const char* kFilterAxis[5] = {"Cout", "Cin_g", "kD", "kH", "kW"};
+using Axes = std::array<std::string, 5>;
 
 [[noreturn]] void fail(const std::string& parameter, const std::string& message) {
   throw Error(ErrorCode::invalid_argument, parameter, parameter + " " + message);
@@ -23,6 +24,16 @@ std::string join(const std::int64_t* v, std::size_t n) {
   std::string s = "[";
   for (std::size_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s + "]";
+}
+
+// An attribute as messages quote it: as the caller wrote it when the names say, else its values.
+std::string quoted(const std::string& text, const std::int64_t* v, std::size_t n) {
+  return text.empty() ? join(v, n) : text;
+}
+
+// "in [lo, 2147483647]"
+std::string range(std::int64_t lo) {
+  return "in [" + std::to_string(lo) + ", " + std::to_string(kMaxDim) + "]";
 }
 
 // Position of canonical axis c (N, C, D, H, W) in a feature map laid out as `layout`.
@@ -55,23 +66,21 @@ Canonical canonicalize(const TensorView& v, bool is_filter) {
   return c;
 }
 
-void check_dims(const std::string& name, const std::array<std::int64_t, 5>& shape, const char* const* axes,
+void check_dims(const std::string& name, const std::array<std::int64_t, 5>& shape, const Axes& axes,
                 bool batch_may_be_zero) {
   for (int i = 0; i < 5; ++i) {
     const std::int64_t lo = (batch_may_be_zero && i == 0) ? 0 : 1;
     if (shape[i] < lo || shape[i] > kMaxDim)
-      fail(name, std::string(axes[i]) + " is " + std::to_string(shape[i]) + " but must be in [" +
-                     std::to_string(lo) + ", 2147483647]");
+      fail(name, axes[i] + " is " + std::to_string(shape[i]) + " but must be " + range(lo));
   }
 }
 
 // Element count and largest element offset must fit in 64 bits; negative strides are not accepted.
-void check_extent(const std::string& name, const Canonical& c, const char* const* axes) {
+void check_extent(const std::string& name, const Canonical& c, const Axes& axes) {
   std::int64_t elements = 1, last = 0;
   for (int i = 0; i < 5; ++i) {
     if (c.strides[i] < 0)
-      fail(name,
-           std::string("stride of ") + axes[i] + " is " + std::to_string(c.strides[i]) + " but must be >= 0");
+      fail(name, "stride of " + axes[i] + " is " + std::to_string(c.strides[i]) + " but must be >= 0");
     elements = checked_mul(elements, c.shape[i], name);
     if (c.shape[i] > 0) last = checked_add(last, checked_mul(c.shape[i] - 1, c.strides[i], name), name);
   }
@@ -80,7 +89,7 @@ void check_extent(const std::string& name, const Canonical& c, const char* const
 
 // y is written, so no two of its elements may share memory: with axes sorted by stride, each stride
 // must step over everything the smaller axes span.
-void check_no_overlap(const Canonical& c) {
+void check_no_overlap(const std::string& name, const Canonical& c, const Axes& axes) {
   // An empty y (N = 0) has no elements to share memory, whatever its strides (DLPack gives empty arrays
   // zero strides).
   if (std::find(c.shape.begin(), c.shape.end(), 0) != c.shape.end()) return;
@@ -90,25 +99,24 @@ void check_no_overlap(const Canonical& c) {
   for (int i : order) {
     if (c.shape[i] <= 1) continue;
     if (c.strides[i] < span)
-      fail("y", std::string("strides ") + join(c.strides.data(), 5) +
-                    " make elements overlap; y must not alias itself (stride of " + kAxis[i] + " is " +
-                    std::to_string(c.strides[i]) + ", needs >= " + std::to_string(span) + ")");
+      fail(name, "strides " + join(c.strides.data(), 5) + " make elements overlap; " + name +
+                     " must not alias itself (stride of " + axes[i] + " is " + std::to_string(c.strides[i]) +
+                     ", needs >= " + std::to_string(span) + ")");
     span = c.strides[i] * c.shape[i];
   }
 }
 
-void check_dtypes(const ProblemSpec& spec) {
+void check_dtypes(const ProblemSpec& spec, const ParameterNames& names) {
   const DType dy = spec.out_backprop.dtype, w = spec.filter.dtype;
-  for (auto [name, t] : {std::pair{"out_backprop", dy}, {"filter", w}, {"y", spec.y.dtype}})
+  for (auto [name, t] : {std::pair{&names.out_backprop, dy}, {&names.filter, w}, {&names.y, spec.y.dtype}})
     if (static_cast<unsigned>(t) > static_cast<unsigned>(DType::fp8_e4m3fn))
-      fail(name, "dtype " + std::to_string(static_cast<int>(t)) + " is not a known dtype");
+      fail(*name, "dtype " + std::to_string(static_cast<int>(t)) + " is not a known dtype");
   if (dy != w) {
-    if (!spec.allow_mixed_dtypes)
-      fail("filter", std::string("dtype is ") + to_string(w) + " but out_backprop is " + to_string(dy) +
-                         "; both must have the same dtype");
+    const std::string mixed = std::string("dtype is ") + to_string(w) + " but " + names.out_backprop +
+                              " is " + to_string(dy) + "; ";
+    if (!spec.allow_mixed_dtypes) fail(names.filter, mixed + "both must have the same dtype");
     if (numeric::is_8bit(dy) || numeric::is_8bit(w))
-      fail("filter", std::string("dtype is ") + to_string(w) + " but out_backprop is " + to_string(dy) +
-                         "; hif8 and fp8_e4m3fn cannot be mixed with other dtypes");
+      fail(names.filter, mixed + "hif8 and fp8_e4m3fn cannot be mixed with other dtypes");
   }
   // y has the input dtype or fp32 (docs/operator.md); where aclnn promotes or computes in fp16, the result is
   // cast to the output's dtype, so any 16/32-bit dtype is fine there.
@@ -116,8 +124,8 @@ void check_dtypes(const ProblemSpec& spec) {
   const bool cast_result =
       (spec.allow_mixed_dtypes && !numeric::is_8bit(dy)) || spec.input_rounding == InputRounding::fp16;
   if (y != dy && y != w && y != DType::f32 && !(cast_result && !numeric::is_8bit(y)))
-    fail("y", std::string("dtype is ") + to_string(y) + " but must be the input dtype (" + to_string(dy) +
-                  (w != dy ? std::string(" or ") + to_string(w) : std::string()) + ") or fp32");
+    fail(names.y, std::string("dtype is ") + to_string(y) + " but must be the input dtype (" + to_string(dy) +
+                      (w != dy ? std::string(" or ") + to_string(w) : std::string()) + ") or fp32");
   if (spec.attrs.enable_hf32 && (dy != DType::f32 || w != DType::f32))
     fail("enable_hf32",
          std::string("is set but the inputs are ") + to_string(dy) + "; HF32 applies to fp32 only");
@@ -127,54 +135,52 @@ void check_dtypes(const ProblemSpec& spec) {
 
 }  // namespace
 
-Problem validate(const ProblemSpec& spec) {
+std::array<std::int64_t, 5> expand_to_5d(const std::vector<std::int64_t>& values, Layout layout,
+                                         std::int64_t fill) {
+  std::vector<std::int64_t> v = values;
+  const std::ptrdiff_t d = layout == Layout::NCDHW ? 2 : layout == Layout::NDHWC ? 1 : 0;  // where D sits
+  if (v.size() < 5) v.insert(v.begin() + d, 5 - v.size(), fill);
+  return {v.at(0), v.at(1), v.at(2), v.at(3), v.at(4)};
+}
+
+Problem validate(const ProblemSpec& spec) { return validate(spec, ParameterNames{}); }
+
+Problem validate(const ProblemSpec& spec, const ParameterNames& names) {
   const Attributes& a = spec.attrs;
+  const Axes& axes = names.axes;
   if (a.data_format != Layout::NCDHW && a.data_format != Layout::NDHWC)
     fail("data_format", std::string("is ") + to_string(a.data_format) + " but must be NDHWC or NCDHW");
   const Layout fmt = a.data_format;
 
   // input_size: 5 values in data_format order, or 4 with D = 1 inserted.
   if (a.input_size.size() != 5 && a.input_size.size() != 4)
-    fail("input_size", "has " + std::to_string(a.input_size.size()) + " values but must have 4 or 5");
-  std::array<std::int64_t, 5> input_size{};  // in data_format order
-  if (a.input_size.size() == 5) {
-    std::copy(a.input_size.begin(), a.input_size.end(), input_size.begin());
-  } else {  // N,C,H,W or N,H,W,C
-    const auto& s = a.input_size;
-    input_size = fmt == Layout::NCDHW ? std::array<std::int64_t, 5>{s[0], s[1], 1, s[2], s[3]}
-                                      : std::array<std::int64_t, 5>{s[0], 1, s[1], s[2], s[3]};
-  }
-  std::array<std::int64_t, 5> y_shape{};  // canonical N, C, D, H, W
+    fail(names.input_size, "has " + std::to_string(a.input_size.size()) + " values but must have 4 or 5");
+  const std::array<std::int64_t, 5> input_size = expand_to_5d(a.input_size, fmt);  // in data_format order
+  std::array<std::int64_t, 5> y_shape{};                                           // canonical N, C, D, H, W
   for (int i = 0; i < 5; ++i) y_shape[i] = input_size[feature_position(fmt, i)];
-  {
-    for (int i = 0; i < 5; ++i) {
-      const std::int64_t lo = i == 0 ? 0 : 1;
-      if (y_shape[i] < lo || y_shape[i] > kMaxDim)
-        fail("input_size", std::string(kAxis[i]) + " is " + std::to_string(y_shape[i]) + " but must be in [" +
-                               std::to_string(lo) + ", 2147483647]");
-    }
-  }
+  check_dims(names.input_size, y_shape, axes, true);
 
   // strides and dilations: N and C entries are 1, D, H, W >= 1.
-  for (auto [name, values] : {std::pair{"strides", &a.strides}, {"dilations", &a.dilations}}) {
+  for (auto [name, text, values] : {std::tuple{&names.strides, &names.strides_text, &a.strides},
+                                    {&names.dilations, &names.dilations_text, &a.dilations}}) {
     for (int i = 0; i < 5; ++i) {
       const std::int64_t v = (*values)[feature_position(fmt, i)];
-      if (i < 2 && v != 1)
-        fail(name, join(values->data(), 5) + ": the " + kAxis[i] + " entry is " + std::to_string(v) +
-                       " but must be 1 (data_format " + to_string(fmt) + ")");
-      if (i >= 2 && (v < 1 || v > kMaxDim))
-        fail(name, join(values->data(), 5) + ": the " + kAxis[i] + " entry is " + std::to_string(v) +
-                       " but must be in [1, 2147483647]");
+      const std::string entry = quoted(*text, values->data(), 5) + ": the " + axes[i] + " entry is " +
+                                std::to_string(v) + " but must be ";
+      if (i < 2 && v != 1) fail(*name, entry + "1 (data_format " + to_string(fmt) + ")");
+      if (i >= 2 && (v < 1 || v > kMaxDim)) fail(*name, entry + range(1));
     }
   }
   for (int i = 0; i < 6; ++i)
     if (a.pads[i] < 0 || a.pads[i] > kMaxDim)
-      fail("pads", join(a.pads.data(), 6) + ": entry " + std::to_string(i) + " is " +
-                       std::to_string(a.pads[i]) + " but pads must be in [0, 2147483647]");
+      fail(names.pads, quoted(names.pads_text, a.pads.data(), 6) + ": the " + axes[2 + i / 2] +
+                           (i % 2 ? " back" : " front") + " entry is " + std::to_string(a.pads[i]) +
+                           " but must be " + range(0));
   if (a.groups < 1 || a.groups > kMaxGroups)
-    fail("groups", "is " + std::to_string(a.groups) + " but must be in [1, 65535]");
+    fail(names.groups,
+         "is " + std::to_string(a.groups) + " but must be in [1, " + std::to_string(kMaxGroups) + "]");
 
-  check_dtypes(spec);
+  check_dtypes(spec, names);
   if (spec.input_rounding != InputRounding::none && spec.input_rounding != InputRounding::hf32 &&
       spec.input_rounding != InputRounding::fp16)
     fail("input_rounding",
@@ -184,48 +190,51 @@ Problem validate(const ProblemSpec& spec) {
 
   // The three views: layouts, dims, extents.
   if (spec.out_backprop.layout != fmt)
-    fail("out_backprop", std::string("layout is ") + to_string(spec.out_backprop.layout) +
-                             " but must equal data_format " + to_string(fmt));
+    fail(names.out_backprop, std::string("layout is ") + to_string(spec.out_backprop.layout) +
+                                 " but must equal data_format " + to_string(fmt));
   if (spec.y.layout != fmt)
-    fail("y", std::string("layout is ") + to_string(spec.y.layout) + " but must equal data_format " +
-                  to_string(fmt));
+    fail(names.y, std::string("layout is ") + to_string(spec.y.layout) + " but must equal data_format " +
+                      to_string(fmt));
   if (spec.filter.layout != Layout::NCDHW && spec.filter.layout != Layout::NDHWC &&
       spec.filter.layout != Layout::DHWCN)
-    fail("filter", "layout is " + std::to_string(static_cast<int>(spec.filter.layout)) +
-                       " but must be NCDHW, NDHWC or DHWCN");
+    fail(names.filter, "layout is " + std::to_string(static_cast<int>(spec.filter.layout)) +
+                           " but must be NCDHW, NDHWC or DHWCN");
   const Canonical dy = canonicalize(spec.out_backprop, false);
   const Canonical w = canonicalize(spec.filter, true);
   const Canonical y = canonicalize(spec.y, false);
-  check_dims("out_backprop", dy.shape, kAxis, true);
-  check_dims("filter", w.shape, kFilterAxis, false);
-  check_dims("y", y.shape, kAxis, true);
+  check_dims(names.out_backprop, dy.shape, axes, true);
+  check_dims(names.filter, w.shape, names.filter_axes, false);
+  check_dims(names.y, y.shape, axes, true);
   for (int i = 0; i < 5; ++i)
     if (y.shape[i] != y_shape[i])
-      fail("y", std::string(kAxis[i]) + " is " + std::to_string(y.shape[i]) + " but input_size says " +
-                    std::to_string(y_shape[i]));
+      fail(names.y, axes[i] + " is " + std::to_string(y.shape[i]) + " but " + names.input_size + " says " +
+                        std::to_string(y_shape[i]));
 
+  // Channels: y's split into groups, the filter's Cout too, Cin_g and dy's C to match.
+  const std::string& Cout = names.filter_axes[0];
   Problem p;
   p.N = y_shape[0];
   p.G = a.groups;
   if (y_shape[1] % a.groups != 0)
-    fail("groups", "is " + std::to_string(a.groups) + " but input_size C (" + std::to_string(y_shape[1]) +
-                       ") is not divisible by it");
-  if (w.shape[1] * a.groups != y_shape[1])
-    fail("filter", "Cin_g is " + std::to_string(w.shape[1]) + " but input_size C (" +
-                       std::to_string(y_shape[1]) + ") / groups (" + std::to_string(a.groups) + ") is " +
-                       std::to_string(y_shape[1] / a.groups));
+    fail(names.groups, "is " + std::to_string(a.groups) + " but " + names.input_size + " C (" +
+                           std::to_string(y_shape[1]) + ") is not divisible by it");
   if (w.shape[0] % a.groups != 0)
-    fail("groups", "is " + std::to_string(a.groups) + " but filter Cout (" + std::to_string(w.shape[0]) +
-                       ") is not divisible by it");
+    fail(names.groups, "is " + std::to_string(a.groups) + " but " + names.filter + " " + Cout + " (" +
+                           std::to_string(w.shape[0]) + ") is not divisible by it");
+  if (w.shape[1] * a.groups != y_shape[1])
+    fail(names.filter, names.filter_axes[1] + " is " + std::to_string(w.shape[1]) + " but " +
+                           names.input_size + " C (" + std::to_string(y_shape[1]) + ") / " + names.groups +
+                           " (" + std::to_string(a.groups) + ") is " + std::to_string(y_shape[1] / a.groups));
   if (dy.shape[0] != p.N)
-    fail("out_backprop",
-         "N is " + std::to_string(dy.shape[0]) + " but input_size N is " + std::to_string(p.N));
+    fail(names.out_backprop,
+         "N is " + std::to_string(dy.shape[0]) + " but " + names.input_size + " N is " + std::to_string(p.N));
   if (dy.shape[1] != w.shape[0])
-    fail("out_backprop",
-         "C is " + std::to_string(dy.shape[1]) + " but filter Cout is " + std::to_string(w.shape[0]));
+    fail(names.out_backprop, "C is " + std::to_string(dy.shape[1]) + " but " + names.filter + " " + Cout +
+                                 " is " + std::to_string(w.shape[0]));
   p.Cin_g = w.shape[1];
   p.Cout_g = w.shape[0] / a.groups;
 
+  // The output-size rule, per spatial axis.
   for (int ax = 0; ax < 3; ++ax) {
     const int c = ax + 2;
     p.y_size[ax] = y_shape[c];
@@ -238,24 +247,24 @@ Problem validate(const ProblemSpec& spec) {
     const std::int64_t padded = p.y_size[ax] + p.pad_front[ax] + p.pad_back[ax];
     const std::int64_t dilated = (p.kernel[ax] - 1) * p.dilation[ax] + 1;
     if (padded < dilated)
-      fail("input_size", std::string(kAxis[c]) + " + pads (" + std::to_string(padded) +
-                             ") is smaller than the dilated filter " + kAxis[c] + " (" +
-                             std::to_string(dilated) + ")");
+      fail(names.input_size, axes[c] + " + " + names.pads + " (" + std::to_string(padded) +
+                                 ") is smaller than the dilated " + names.filter + " " + axes[c] + " (" +
+                                 std::to_string(dilated) + ")");
     const std::int64_t expected = (padded - dilated) / p.stride[ax] + 1;
     if (dy.shape[c] != expected)
-      fail("out_backprop", std::string(kAxis[c]) + " is " + std::to_string(dy.shape[c]) +
-                               " but input_size, filter, strides, pads and dilations imply " +
-                               std::to_string(expected));
+      fail(names.out_backprop, axes[c] + " is " + std::to_string(dy.shape[c]) + " but " + names.input_size +
+                                   ", " + names.filter + ", " + names.strides + ", " + names.pads + " and " +
+                                   names.dilations + " imply " + std::to_string(expected));
     p.dy_size[ax] = expected;
   }
 
-  check_extent("out_backprop", dy, kAxis);
-  check_extent("filter", w, kFilterAxis);
-  check_extent("y", y, kAxis);
-  check_no_overlap(y);
+  check_extent(names.out_backprop, dy, axes);
+  check_extent(names.filter, w, names.filter_axes);
+  check_extent(names.y, y, axes);
+  check_no_overlap(names.y, y, axes);
   // Work counts used by engines (taps per y element times elements) must fit too.
-  checked_mul(checked_mul(checked_mul(p.N, p.G * p.Cin_g, "y"), p.y_size[0] * p.y_size[1], "y"), p.y_size[2],
-              "y");
+  checked_mul(checked_mul(checked_mul(p.N, p.G * p.Cin_g, names.y), p.y_size[0] * p.y_size[1], names.y),
+              p.y_size[2], names.y);
 
   p.dy_dtype = spec.out_backprop.dtype;
   p.filter_dtype = spec.filter.dtype;
@@ -268,7 +277,7 @@ Problem validate(const ProblemSpec& spec) {
   p.filter_strides = w.strides;
   p.y_strides = y.strides;
   // The one rule that needs the data pointers, applied when the spec carries them.
-  require_y_disjoint(p, spec.out_backprop.data, spec.filter.data, spec.y.data);
+  require_y_disjoint(p, spec.out_backprop.data, spec.filter.data, spec.y.data, names);
   return p;
 }
 

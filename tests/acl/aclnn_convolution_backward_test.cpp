@@ -599,16 +599,16 @@ TEST(AclnnConvBackwardRules, Shapes) {
   with_tensor({2, 0, 5, 6, 7}, 1, "input C is 0 but must be in [1, 2147483647]");
   with_tensor({2, 4, 5, 0, 7}, 1, "input H is 0");
   with_tensor({6, 2, 0, 3, 3}, 2, "weight D is 0");
-  with_tensor({2, 4, 5, 6, 8}, 3, "gradInput W is 8 but input W is 7");
-  with_tensor({3, 4, 5, 6, 7}, 3, "gradInput N is 3 but input N is 2");
-  with_tensor({6, 3, 3, 3, 3}, 2, "input C is 4 but weight C (3) * groups (2) is 6");
-  with_tensor({2, 5, 3, 3, 4}, 0, "gradOutput C is 5 but weight N (output channels) is 6");
+  with_tensor({2, 4, 5, 6, 8}, 3, "gradInput W is 8 but input says 7");
+  with_tensor({3, 4, 5, 6, 7}, 3, "gradInput N is 3 but input says 2");
+  with_tensor({6, 3, 3, 3, 3}, 2, "weight C is 3 but input C (4) / groups (2) is 2");
+  with_tensor({2, 5, 3, 3, 4}, 0, "gradOutput C is 5 but weight N is 6");
   with_tensor({1, 6, 3, 3, 4}, 0, "gradOutput N is 1 but input N is 2");
   with_tensor({2, 6, 3, 4, 4}, 0,
               "gradOutput H is 4 but input, weight, stride, padding and dilation imply 3");
   with_tensor({2, 6, 3, 3, 3}, 0,
               "gradOutput W is 3 but input, weight, stride, padding and dilation imply 4");
-  with_tensor({6, 2, 8, 3, 3}, 2, "input D plus padding (7) is smaller than the dilated weight D (8)");
+  with_tensor({6, 2, 8, 3, 3}, 2, "input D + padding (7) is smaller than the dilated weight D (8)");
   {
     Call k;  // a huge view over one element (stride 0)
     std::vector<std::int64_t> dims{2, 2147483648, 1, 1, 1}, strides{0, 0, 0, 0, 0}, storage{1};
@@ -630,11 +630,11 @@ TEST(AclnnConvBackwardRules, Parameters) {
   };
   const Rule rules[] = {
       {{2, 2}, 0, "stride has 2 values [2,2] but rank-5 tensors need 3"},
-      {{2, 0, 2}, 0, "stride [2,0,2]: entry 1 is 0 but must be in [1, 2147483647]"},
-      {{2, 2, 2147483648}, 0, "entry 2 is 2147483648"},
+      {{2, 0, 2}, 0, "stride [2,0,2]: the H entry is 0 but must be in [1, 2147483647]"},
+      {{2, 2, 2147483648}, 0, "stride [2,2,2147483648]: the W entry is 2147483648"},
       {{1, 1, 1, 1}, 1, "padding has 4 values [1,1,1,1] but rank-5 tensors need 3"},
-      {{1, -1, 1}, 1, "padding [1,-1,1]: entry 1 is -1 but must be in [0, 2147483647]"},
-      {{1, 0, 1}, 2, "dilation [1,0,1]: entry 1 is 0"},
+      {{1, -1, 1}, 1, "padding [1,-1,1]: the H front entry is -1 but must be in [0, 2147483647]"},
+      {{1, 0, 1}, 2, "dilation [1,0,1]: the H entry is 0"},
       {{1}, 2, "dilation has 1 values [1] but rank-5 tensors need 3"},
       {{0, 1, 0}, 3, "outputPadding [0,1,0]: entry 1 is 1 but must be 0 when transposed is false"},
       {{0, 0}, 3, "outputPadding has 2 values"},
@@ -657,7 +657,7 @@ TEST(AclnnConvBackwardRules, Parameters) {
   {
     Call k;
     k.groups = 4;
-    k.expect(ACLNN_ERR_PARAM_INVALID, "groups is 4 but weight N (output channels, 6) is not divisible by it");
+    k.expect(ACLNN_ERR_PARAM_INVALID, "groups is 4 but weight N (6) is not divisible by it");
   }
   {
     Case r4 = rank4(Case{});

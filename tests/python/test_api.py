@@ -183,7 +183,7 @@ def test_invalid_arguments_name_the_parameter(rng):
     expect_error(ValueError, "strides", r"strides \[2,1,2,1,1\]: the N entry is 2 but must be 1", w, dy,
                  strides=[2, 1, 2, 1, 1])
     expect_error(ValueError, "strides", "strides has 4 values", w, dy, strides=[1, 2, 1, 1])
-    expect_error(ValueError, "pads", "pads .* entry 2 is -1", w, dy, pads=[1, 0, -1, 1, 2, 1])
+    expect_error(ValueError, "pads", "pads .* the H front entry is -1", w, dy, pads=[1, 0, -1, 1, 2, 1])
     expect_error(ValueError, "groups", r"groups is 4 but input_size C \(6\) is not divisible", w, dy, groups=4)
     expect_error(ValueError, "data_format", "data_format 'NCHW' is not recognised", w, dy, data_format="NCHW")
     expect_error(ValueError, "filter_format", "filter_format 'OIDHW' is not recognised", w, dy,
