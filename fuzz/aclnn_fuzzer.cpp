@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "acl/acl.h"
+#include "acl/internal.hpp"
 #include "aclnnop/aclnn_convolution_backward.h"
 #include "conv3d_dx/conv3d_dx.hpp"
 #include "numeric/numeric.hpp"
@@ -40,39 +41,10 @@ enum Slot { kDy, kX, kW, kGx, kGw, kGb, kSlots };
 constexpr aclDataType kDtypes[] = {ACL_FLOAT,         ACL_FLOAT16, ACL_BF16,  ACL_HIFLOAT8,
                                    ACL_FLOAT8_E4M3FN, ACL_INT32,   ACL_DOUBLE};
 
-bool is_float(aclDataType t) {
-  return t == ACL_FLOAT || t == ACL_FLOAT16 || t == ACL_BF16 || t == ACL_HIFLOAT8 || t == ACL_FLOAT8_E4M3FN;
-}
-
-DType to_dtype(aclDataType t) {
-  switch (t) {
-    case ACL_FLOAT16:
-      return DType::f16;
-    case ACL_BF16:
-      return DType::bf16;
-    case ACL_HIFLOAT8:
-      return DType::hif8;
-    case ACL_FLOAT8_E4M3FN:
-      return DType::fp8_e4m3fn;
-    default:
-      return DType::f32;
-  }
-}
-
-std::size_t size_of(aclDataType t) {
-  switch (t) {
-    case ACL_HIFLOAT8:
-    case ACL_FLOAT8_E4M3FN:
-      return 1;
-    case ACL_FLOAT16:
-    case ACL_BF16:
-      return 2;
-    case ACL_DOUBLE:
-      return 8;
-    default:
-      return 4;
-  }
-}
+// The library's own mapping (src/acl): the dtypes it computes with, and their sizes.
+bool is_float(aclDataType t) { return conv3d_dx::acl::dtype_of(t).has_value(); }
+DType to_dtype(aclDataType t) { return conv3d_dx::acl::dtype_of(t).value_or(DType::f32); }
+std::size_t size_of(aclDataType t) { return conv3d_dx::acl::element_size(t); }
 
 std::string g_case;  // the case being run, for reports
 

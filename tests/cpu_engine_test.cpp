@@ -57,31 +57,17 @@ void run_gemm(const Problem& p, Instance& inst, Isa isa, const cpu::GemmTuning& 
 // The pixel engine over bf16 pairs (pairs) or in fp32.
 void run_pixel(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
   std::string why;
-  auto engine = pairs ? cpu::make_pixel_avx512_bf16(named_request(p, threads, Isa::avx512_bf16), why)
-                      : cpu::make_pixel_avx512(named_request(p, threads, Isa::avx512), why);
+  const Isa isa = pairs ? Isa::avx512_bf16 : Isa::avx512;
+  auto engine = cpu::make_pixel(named_request(p, threads, isa), isa, why);
   run_engine(std::move(engine), why, inst);
 }
 
 // The pointwise engine over bf16 pairs (pairs) or in fp32.
 void run_pointwise(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
   std::string why;
-  auto engine = pairs ? cpu::make_pointwise_avx512_bf16(named_request(p, threads, Isa::avx512_bf16), why)
-                      : cpu::make_pointwise_avx512(named_request(p, threads, Isa::avx512), why);
+  const Isa isa = pairs ? Isa::avx512_bf16 : Isa::avx512;
+  auto engine = cpu::make_pointwise(named_request(p, threads, isa), isa, why);
   run_engine(std::move(engine), why, inst);
-}
-
-// fp32 y on small-integer data: every sum is exact, so y must equal the reference exactly.
-::testing::AssertionResult exactly_reference(const Problem& p, const Instance& inst) {
-  const std::vector<double> ref = reference::compute(p, inst.dy.view.data, inst.filter.view.data);
-  std::size_t k = 0, bad = 0;
-  for (std::int64_t n = 0; n < p.N; ++n)
-    for (std::int64_t c = 0; c < p.Cin(); ++c)
-      for (std::int64_t d = 0; d < p.y_size[0]; ++d)
-        for (std::int64_t h = 0; h < p.y_size[1]; ++h)
-          for (std::int64_t w = 0; w < p.y_size[2]; ++w, ++k)
-            if (element(inst.y, {n, c, d, h, w}) != ref[k]) ++bad;
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " elements differ from the exact sums for " << p.describe();
 }
 
 class CpuIsa : public ::testing::TestWithParam<Isa> {
@@ -121,17 +107,7 @@ class CpuIsa : public ::testing::TestWithParam<Isa> {
 // dilations 1..3, asymmetric pads, stride > kernel), fp32 y, strided views, HF32 and saturation.
 TEST_P(CpuIsa, RandomSweepAllDtypesAndLayouts) {
   std::mt19937_64 rng(11 + static_cast<int>(GetParam()));
-  for (DType t : kAllDtypes)
-    for (Layout fmt : kDataFormats)
-      for (Layout ffmt : kFilterFormats)
-        for (int rep = 0; rep < 4; ++rep) {
-          Case c = random_case(rng, t, fmt, ffmt);
-          c.strided_views = rep == 3;
-          if (rep == 2) c.y_dtype = DType::f32;
-          if (rep == 1 && t == DType::f32) c.hf32 = true;
-          if (rep == 1 && t != DType::f32) c.overflow = OverflowMode::saturate;
-          check(c, rng, rep % 2 ? Fill::random : Fill::small_integers);
-        }
+  random_sweep(rng, 4, [&](const Case& c, Fill fill) { check(c, rng, fill); });
   expect_counts(48);  // fp32 and fp16: 2 dtypes x 2 data formats x 3 filter formats x 4
 }
 
@@ -430,17 +406,7 @@ class CpuPixel : public ::testing::TestWithParam<bool> {
 
 TEST_P(CpuPixel, RandomSweepAllDtypesAndLayouts) {
   std::mt19937_64 rng(83);
-  for (DType t : kAllDtypes)
-    for (Layout fmt : kDataFormats)
-      for (Layout ffmt : kFilterFormats)
-        for (int rep = 0; rep < 4; ++rep) {
-          Case c = random_case(rng, t, fmt, ffmt);
-          c.strided_views = rep == 3;
-          if (rep == 2) c.y_dtype = DType::f32;
-          if (rep == 1 && t == DType::f32) c.hf32 = true;
-          if (rep == 1 && t != DType::f32) c.overflow = OverflowMode::saturate;
-          check(c, rng, rep % 2 ? Fill::random : Fill::small_integers);
-        }
+  random_sweep(rng, 4, [&](const Case& c, Fill fill) { check(c, rng, fill); });
   expect_counts(48);  // fp32 and fp16: 2 dtypes x 2 data formats x 3 filter formats x 4
 }
 
@@ -596,8 +562,8 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
     Problem huge = validate(instantiate(ok, rng, Fill::random).spec);
     huge.Cout_g = std::int64_t{1} << 20;
     std::string why;
-    EXPECT_FALSE(GetParam() ? cpu::make_pointwise_avx512_bf16(named_request(huge, 2, Isa::avx512_bf16), why)
-                            : cpu::make_pointwise_avx512(named_request(huge, 2, Isa::avx512), why));
+    const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+    EXPECT_FALSE(cpu::make_pointwise(named_request(huge, 2, isa), isa, why));
     EXPECT_NE(why.find("panel"), std::string::npos) << why;
   }
   Case kernel = ok, strided = ok, padded = ok, last = ok, views = ok;
@@ -617,8 +583,8 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
     Instance inst = instantiate(c, rng, Fill::random);
     const Problem p = validate(inst.spec);
     std::string why;
-    auto engine = GetParam() ? cpu::make_pointwise_avx512_bf16(named_request(p, 2, Isa::avx512_bf16), why)
-                             : cpu::make_pointwise_avx512(named_request(p, 2, Isa::avx512), why);
+    const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+    auto engine = cpu::make_pointwise(named_request(p, 2, isa), isa, why);
     EXPECT_FALSE(engine) << c.name();
     EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
   }
@@ -738,7 +704,7 @@ TEST(CpuBf16, TinyDetectionIsPerPackAndPerCall) {
       scale_bf16(b.dy, -130);
       const Problem p = validate(a.spec);
       std::string why;
-      auto engine = pixel ? cpu::make_pixel_avx512_bf16(named_request(p, 2, Isa::avx512_bf16), why)
+      auto engine = pixel ? cpu::make_pixel(named_request(p, 2, Isa::avx512_bf16), Isa::avx512_bf16, why)
                           : cpu::make_gemm(named_request(p, 2, Isa::avx512_bf16), Isa::avx512_bf16, {}, why);
       ASSERT_TRUE(engine) << why;
       std::vector<unsigned char> workspace(engine->workspace_bytes());

@@ -24,46 +24,23 @@ void run_direct(const Problem& p, Instance& inst, int threads = 2) {
   engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
 }
 
-// fp32 y on small integers: every sum is exact, so y equals the reference exactly.
-::testing::AssertionResult exact(const Problem& p, const Instance& inst) {
-  const std::vector<double> ref = reference::compute(p, inst.dy.view.data, inst.filter.view.data);
-  std::size_t k = 0, bad = 0;
-  for (std::int64_t n = 0; n < p.N; ++n)
-    for (std::int64_t c = 0; c < p.Cin(); ++c)
-      for (std::int64_t d = 0; d < p.y_size[0]; ++d)
-        for (std::int64_t h = 0; h < p.y_size[1]; ++h)
-          for (std::int64_t w = 0; w < p.y_size[2]; ++w, ++k)
-            bad += element(inst.y, {n, c, d, h, w}) != ref[k];
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " elements differ from the exact sums";
-}
-
 TEST(DirectEngine, RandomSweepAllDtypesAndLayouts) {
   std::mt19937_64 rng(211);
   int cases = 0, grouped = 0, hf32 = 0, saturated = 0, eight_bit_y = 0;
-  for (DType t : kAllDtypes)
-    for (Layout fmt : kDataFormats)
-      for (Layout ffmt : kFilterFormats)
-        for (int rep = 0; rep < 5; ++rep) {
-          Case c = random_case(rng, t, fmt, ffmt);
-          c.strided_views = rep == 3;
-          if (rep == 2 || rep == 4) c.y_dtype = DType::f32;
-          if (rep == 1 && t == DType::f32) c.hf32 = true;
-          if (rep == 1 && t != DType::f32) c.overflow = OverflowMode::saturate;
-          const Fill fill = rep % 2 ? Fill::random : Fill::small_integers;
-          Instance inst = instantiate(c, rng, fill);
-          const Problem p = validate(inst.spec);
-          run_direct(p, inst);
-          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
-          if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
-            ASSERT_TRUE(exact(p, inst)) << c.name();
-          }
-          ++cases;
-          grouped += c.groups > 1;
-          hf32 += c.hf32;
-          saturated += c.overflow == OverflowMode::saturate;
-          eight_bit_y += c.y_dtype == DType::hif8 || c.y_dtype == DType::fp8_e4m3fn;
-        }
+  random_sweep(rng, 5, [&](const Case& c, Fill fill) {
+    Instance inst = instantiate(c, rng, fill);
+    const Problem p = validate(inst.spec);
+    run_direct(p, inst);
+    ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+    if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+      ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+    }
+    ++cases;
+    grouped += c.groups > 1;
+    hf32 += c.hf32;
+    saturated += c.overflow == OverflowMode::saturate;
+    eight_bit_y += c.y_dtype == DType::hif8 || c.y_dtype == DType::fp8_e4m3fn;
+  });
   EXPECT_EQ(cases, 150);
   // What the sweep is for: each of these must actually occur.
   EXPECT_GE(grouped, 60);
@@ -98,7 +75,7 @@ TEST(DirectEngine, EachGroupUsesItsOwnFilter) {
         Instance inst = instantiate(c, rng, Fill::small_integers);
         const Problem p = validate(inst.spec);
         run_direct(p, inst);
-        ASSERT_TRUE(exact(p, inst)) << c.name();
+        ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
       }
     }
 }

@@ -63,21 +63,9 @@ const char* dtype_name(aclDataType t) {
 }
 
 DType to_dtype(const aclTensor& t, const char* name) {
-  switch (t.dtype) {
-    case ACL_FLOAT:
-      return DType::f32;
-    case ACL_FLOAT16:
-      return DType::f16;
-    case ACL_BF16:
-      return DType::bf16;
-    case ACL_HIFLOAT8:
-      return DType::hif8;
-    case ACL_FLOAT8_E4M3FN:
-      return DType::fp8_e4m3fn;
-    default:
-      invalid(std::string(name) + " dtype " + std::to_string(static_cast<int>(t.dtype)) +
-              " is not supported; use ACL_FLOAT, ACL_FLOAT16, ACL_BF16, ACL_HIFLOAT8 or ACL_FLOAT8_E4M3FN");
-  }
+  if (const std::optional<DType> d = dtype_of(t.dtype)) return *d;
+  invalid(std::string(name) + " dtype " + std::to_string(static_cast<int>(t.dtype)) +
+          " is not supported; use ACL_FLOAT, ACL_FLOAT16, ACL_BF16, ACL_HIFLOAT8 or ACL_FLOAT8_E4M3FN");
 }
 
 bool is_8bit(aclDataType t) { return t == ACL_HIFLOAT8 || t == ACL_FLOAT8_E4M3FN; }

@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "aclnn/acl_meta.h"
+#include "conv3d_dx/conv3d_dx.hpp"
 
 struct aclTensor {
   std::vector<std::int64_t> dims, strides;  // the view, strides in elements
@@ -51,5 +53,8 @@ std::unique_ptr<aclOpExecutor> take_executor(aclOpExecutor* p);
 
 // Bytes per element of the dtypes tensors may have; 0 for an unknown dtype.
 std::size_t element_size(aclDataType dtype);
+// The conv3d_dx dtype of the aclDataTypes the operator computes with (ACL_FLOAT, ACL_FLOAT16, ACL_BF16,
+// ACL_HIFLOAT8, ACL_FLOAT8_E4M3FN); nullopt for every other.
+std::optional<DType> dtype_of(aclDataType dtype);
 
 }  // namespace conv3d_dx::acl

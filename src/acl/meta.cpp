@@ -228,6 +228,23 @@ aclTensor* create_tensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataT
 
 }  // namespace
 
+std::optional<DType> dtype_of(aclDataType dtype) {
+  switch (dtype) {
+    case ACL_FLOAT:
+      return DType::f32;
+    case ACL_FLOAT16:
+      return DType::f16;
+    case ACL_BF16:
+      return DType::bf16;
+    case ACL_HIFLOAT8:
+      return DType::hif8;
+    case ACL_FLOAT8_E4M3FN:
+      return DType::fp8_e4m3fn;
+    default:
+      return std::nullopt;
+  }
+}
+
 std::size_t element_size(aclDataType dtype) {
   switch (dtype) {
     case ACL_INT8:

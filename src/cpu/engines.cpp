@@ -5,16 +5,25 @@
 #include "cpu/pointwise_engine.hpp"
 
 namespace conv3d_dx {
+namespace {
+
+// The factory of one instruction set of an engine made for several.
+template <std::unique_ptr<EngineImpl> (*make)(const EngineRequest&, Isa, std::string&), Isa isa>
+std::unique_ptr<EngineImpl> with_isa(const EngineRequest& request, std::string& why_not) {
+  return make(request, isa, why_not);
+}
+
+}  // namespace
 
 // In order of preference: few input channels per group first (pixel-vectorised), pointwise problems on
 // channel-first tensors, then the implicit GEMM per ISA. Each fast engine declines (and says why) when its
 // ISA is above the request or missing on this CPU. `direct` is the portable fallback and never declines.
 const std::vector<EngineFactory>& cpu_engines() {
   static const std::vector<EngineFactory> engines = {
-      {"pixel_avx512_bf16", &cpu::make_pixel_avx512_bf16},
-      {"pixel_avx512", &cpu::make_pixel_avx512},
-      {"pointwise_avx512_bf16", &cpu::make_pointwise_avx512_bf16},
-      {"pointwise_avx512", &cpu::make_pointwise_avx512},
+      {"pixel_avx512_bf16", &with_isa<cpu::make_pixel, Isa::avx512_bf16>},
+      {"pixel_avx512", &with_isa<cpu::make_pixel, Isa::avx512>},
+      {"pointwise_avx512_bf16", &with_isa<cpu::make_pointwise, Isa::avx512_bf16>},
+      {"pointwise_avx512", &with_isa<cpu::make_pointwise, Isa::avx512>},
       {"gemm_avx512_bf16", &cpu::make_gemm_avx512_bf16},
       {"gemm_avx512", &cpu::make_gemm_avx512},
       {"gemm_avx2", &cpu::make_gemm_avx2},

@@ -331,8 +331,6 @@ class PixelEngine final : public EngineImpl {
 
 }  // namespace
 
-namespace {
-
 std::unique_ptr<EngineImpl> make_pixel(const EngineRequest& request, Isa isa, std::string& why_not) {
   const Problem& p = request.problem;
   const bool pairs = isa == Isa::avx512_bf16;
@@ -343,16 +341,6 @@ std::unique_ptr<EngineImpl> make_pixel(const EngineRequest& request, Isa isa, st
     return nullptr;
   }
   return std::make_unique<PixelEngine>(request, avx512_kernels(), pairs);
-}
-
-}  // namespace
-
-std::unique_ptr<EngineImpl> make_pixel_avx512_bf16(const EngineRequest& request, std::string& why_not) {
-  return make_pixel(request, Isa::avx512_bf16, why_not);
-}
-
-std::unique_ptr<EngineImpl> make_pixel_avx512(const EngineRequest& request, std::string& why_not) {
-  return make_pixel(request, Isa::avx512, why_not);
 }
 
 }  // namespace conv3d_dx::cpu

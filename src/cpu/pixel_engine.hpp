@@ -11,9 +11,8 @@
 
 namespace conv3d_dx::cpu {
 
-// bf16 channel pairs through vdpbf16ps when every input is exact in bf16; declines otherwise.
-std::unique_ptr<EngineImpl> make_pixel_avx512_bf16(const EngineRequest&, std::string& why_not);
-// fp32 accumulation of any inputs.
-std::unique_ptr<EngineImpl> make_pixel_avx512(const EngineRequest&, std::string& why_not);
+// isa Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps when every input is exact in bf16, declines
+// otherwise; Isa::avx512: fp32 accumulation of any inputs.
+std::unique_ptr<EngineImpl> make_pixel(const EngineRequest&, Isa isa, std::string& why_not);
 
 }  // namespace conv3d_dx::cpu

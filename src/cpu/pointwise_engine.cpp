@@ -154,6 +154,8 @@ bool contiguous_planes(const std::array<std::int64_t, 5>& s, const std::array<st
   return s[4] == 1 && s[3] == extent[2] && s[2] == extent[1] * extent[2];
 }
 
+}  // namespace
+
 std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa, std::string& why_not) {
   const Problem& p = request.problem;
   const bool pairs = isa == Isa::avx512_bf16;
@@ -172,16 +174,6 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
     why_not = std::string("dy is ") + to_string(p.dy_dtype) + ", not bf16";
   if (!why_not.empty()) return nullptr;
   return std::make_unique<PointwiseEngine>(request, avx512_kernels(), pairs);
-}
-
-}  // namespace
-
-std::unique_ptr<EngineImpl> make_pointwise_avx512_bf16(const EngineRequest& request, std::string& why_not) {
-  return make_pointwise(request, Isa::avx512_bf16, why_not);
-}
-
-std::unique_ptr<EngineImpl> make_pointwise_avx512(const EngineRequest& request, std::string& why_not) {
-  return make_pointwise(request, Isa::avx512, why_not);
 }
 
 }  // namespace conv3d_dx::cpu

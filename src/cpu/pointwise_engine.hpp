@@ -13,9 +13,9 @@
 
 namespace conv3d_dx::cpu {
 
-// bf16 channel pairs through vdpbf16ps (bf16 dy, filter exact in bf16); declines otherwise.
-std::unique_ptr<EngineImpl> make_pointwise_avx512_bf16(const EngineRequest&, std::string& why_not);
-// Any dtype and input rounding, widened exactly to fp32 (dy tile by tile, as it is copied), fp32 FMAs.
-std::unique_ptr<EngineImpl> make_pointwise_avx512(const EngineRequest&, std::string& why_not);
+// isa Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter exact in bf16), declines
+// otherwise; Isa::avx512: any dtype and input rounding, widened exactly to fp32 (dy tile by tile, as it is
+// copied), fp32 FMAs.
+std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest&, Isa isa, std::string& why_not);
 
 }  // namespace conv3d_dx::cpu

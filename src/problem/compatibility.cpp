@@ -4,6 +4,7 @@
 
 #include "conv3d_dx/conv3d_dx.hpp"
 #include "numeric/numeric.hpp"
+#include "problem/validate.hpp"
 
 namespace conv3d_dx {
 namespace {
@@ -27,7 +28,7 @@ void common_limits(const Problem& p, std::vector<std::string>& v) {
                 to_string(p.dy_dtype) + " (a conv3d-dx extension)");
   if (p.input_rounding == InputRounding::fp16)
     v.push_back("fp16 input rounding is an aclnn cubeMathType, not an operator attribute");
-  check_range(v, "out_backprop N", p.N, 1, 2147483647);
+  check_range(v, "out_backprop N", p.N, 1, kMaxDim);
   check_range(v, "filter H", p.kernel[1], 1, 511);
   check_range(v, "filter W", p.kernel[2], 1, 511);
 }

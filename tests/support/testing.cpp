@@ -236,6 +236,30 @@ double element(const Tensor& t, const std::array<std::int64_t, 5>& canonical_ind
          << bad << " of " << k << " elements differ for " << p.describe() << why.str();
 }
 
+::testing::AssertionResult exactly_reference(const Problem& p, const Instance& inst) {
+  const std::vector<double> ref = reference::compute(p, inst.dy.view.data, inst.filter.view.data);
+  std::size_t k = 0, bad = 0;
+  for_each_index(canonical_shape(inst.y.view, false),
+                 [&](const std::array<std::int64_t, 5>& i) { bad += element(inst.y, i) != ref[k++]; });
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " elements differ from the exact sums for " << p.describe();
+}
+
+void random_sweep(std::mt19937_64& rng, int reps, const std::function<void(const Case&, Fill)>& check) {
+  for (DType t : kAllDtypes)
+    for (Layout fmt : kDataFormats)
+      for (Layout ffmt : kFilterFormats)
+        for (int rep = 0; rep < reps; ++rep) {
+          Case c = random_case(rng, t, fmt, ffmt);
+          c.strided_views = rep == 3;
+          if (rep == 2 || rep == 4) c.y_dtype = DType::f32;
+          if (rep == 1 && t == DType::f32) c.hf32 = true;
+          if (rep == 1 && t != DType::f32) c.overflow = OverflowMode::saturate;
+          check(c, rep % 2 ? Fill::random : Fill::small_integers);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+}
+
 ::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
   const std::size_t size = dtype_size(a.view.dtype);
   std::int64_t bad = 0;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,6 +109,14 @@ double element(const Tensor& t, const std::array<std::int64_t, 5>& canonical_ind
 // y against the float64 reference: exact for fp32 sums that are exact; otherwise within docs/numerics.md
 // (fp32 error of a few units of 2^-24 times sum |dy*w|, then one rounding to the output type).
 ::testing::AssertionResult matches_reference(const Problem& p, const Instance& inst);
+// fp32 y on small-integer data: every sum is exact, so y must equal the reference exactly.
+::testing::AssertionResult exactly_reference(const Problem& p, const Instance& inst);
+
+// The engines' random sweep: for every dtype, data format and filter format, `reps` cases from random_case,
+// varied by rep: 1 HF32 (fp32 inputs) or saturation (others), 2 and 4 fp32 y, 3 strided views; odd reps on
+// random data, even ones on small integers. `check` runs and checks each; the sweep stops at a fatal failure.
+void random_sweep(std::mt19937_64& rng, int reps, const std::function<void(const Case&, Fill)>& check);
+
 // y in canonical contiguous order [N, Cin, Di, Hi, Wi] as float64 sums, computed independently of the
 // library's reference: every dy element scattered through every tap it reaches (inputs decoded and
 // HF32-rounded by code of its own). Exact on small integers, where it must equal reference::compute.
