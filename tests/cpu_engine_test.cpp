@@ -21,14 +21,15 @@
 namespace conv3d_dx::testing {
 namespace {
 
-constexpr Isa kFastIsas[] = {Isa::avx512_bf16, Isa::avx512, Isa::avx2};
+constexpr Isa kFastIsas[] = {Isa::amx_bf16, Isa::avx512_bf16, Isa::avx512, Isa::avx2};
 
 bool exact_in_bf16(DType t) { return t == DType::bf16 || t == DType::hif8 || t == DType::fp8_e4m3fn; }
 
-// Whether the engine of `isa` takes problems of these input dtypes (the bf16 engine only takes bf16-exact).
+// Whether the engine of `isa` takes problems of these input dtypes (the bf16 engines only take bf16-exact).
 bool takes(Isa isa, const Problem& p) {
-  return isa != Isa::avx512_bf16 || (exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
-                                     p.input_rounding != InputRounding::fp16);
+  return (isa != Isa::avx512_bf16 && isa != Isa::amx_bf16) ||
+         (exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
+          p.input_rounding != InputRounding::fp16);
 }
 
 // A request that names the ISA, as these tests do: its kernels run whatever the cost table prefers.
@@ -94,7 +95,7 @@ class CpuIsa : public ::testing::TestWithParam<Isa> {
   // The bf16 engine declines `bf16_declines` of the test's cases (those with fp32 or fp16 inputs); the
   // others decline none.
   void expect_counts(int bf16_declines) {
-    const int want = GetParam() == Isa::avx512_bf16 ? bf16_declines : 0;
+    const int want = GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16 ? bf16_declines : 0;
     EXPECT_EQ(declined_, want) << "cases the engine declined";
     EXPECT_GT(ran_, 0) << "cases run";
     RecordProperty("declined", declined_);
@@ -317,7 +318,8 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
   wide.Cin = 20;  // more than the pixel engine takes
   Instance inst = instantiate(wide, rng, Fill::random);
   const Problem p = validate(inst.spec);
-  const std::pair<Isa, const char*> expected[] = {{Isa::avx512_bf16, "gemm_avx512_bf16"},
+  const std::pair<Isa, const char*> expected[] = {{Isa::amx_bf16, "gemm_amx_bf16"},
+                                                  {Isa::avx512_bf16, "gemm_avx512_bf16"},
                                                   {Isa::avx512, "gemm_avx512"},
                                                   {Isa::avx2, "gemm_avx2"},
                                                   {Isa::portable, "direct"}};
@@ -328,13 +330,14 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     Plan plan(p, o);
     EXPECT_EQ(plan.engine_name(), name);
     if (isa == Isa::avx2) {
-      ASSERT_GE(plan.declined().size(), 6u);
+      ASSERT_GE(plan.declined().size(), 7u);
       EXPECT_EQ(plan.declined()[0], "pixel_avx512_bf16: needs avx512_bf16, requested avx2");
       EXPECT_EQ(plan.declined()[1], "pixel_avx512: needs avx512, requested avx2");
       EXPECT_EQ(plan.declined()[2], "pointwise_avx512_bf16: needs avx512_bf16, requested avx2");
       EXPECT_EQ(plan.declined()[3], "pointwise_avx512: needs avx512, requested avx2");
-      EXPECT_EQ(plan.declined()[4], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
-      EXPECT_EQ(plan.declined()[5], "gemm_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[4].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[4];
+      EXPECT_EQ(plan.declined()[5], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[6], "gemm_avx512: needs avx512, requested avx2");
     }
   }
   // fp32 inputs: the bf16 engine declines and says why.
@@ -346,15 +349,16 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     o.isa = Isa::avx512_bf16;
     Plan plan(validate(f32.spec), o);
     EXPECT_EQ(plan.engine_name(), "gemm_avx512");
-    ASSERT_GE(plan.declined().size(), 5u);
+    ASSERT_GE(plan.declined().size(), 6u);
     EXPECT_NE(plan.declined()[0].find("pixel_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[0];
     EXPECT_EQ(plan.declined()[1], "pixel_avx512: Cin/groups is 20, more than 8");
     EXPECT_NE(plan.declined()[2].find("pointwise_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[2];
     EXPECT_EQ(plan.declined()[3], "pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)");
-    EXPECT_NE(plan.declined()[4].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
-        << plan.declined()[4];
+    EXPECT_EQ(plan.declined()[4].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[4];
+    EXPECT_NE(plan.declined()[5].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[5];
   }
   // Few input channels per group: the pixel engine, over bf16 pairs where the inputs allow.
   if (cpu_supports(Isa::avx512)) {
@@ -620,14 +624,15 @@ void scale_bf16(Tensor& t, int e) {
 TEST(CpuBf16, TinyInputsAreExact) {
   if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
   std::mt19937_64 rng(113);
+  const bool amx = cpu_supports(Isa::amx_bf16);
   // (dy exponent, filter exponent): both tiny; dy subnormal only; filter subnormal only; products 2^-149.
   const std::pair<int, int> scales[] = {{-64, -64}, {-130, 0}, {0, -130}, {-70, -79}};
-  for (int kind : {0, 1, 2})  // GEMM, pixel, pointwise
+  for (int kind : {0, 1, 2, 3})  // GEMM, pixel, pointwise, GEMM on AMX tiles (where the CPU has them)
     for (Layout fmt : kDataFormats)
       for (std::int64_t cout : {4, 5})
         for (auto [dy_e, w_e] : scales) {
-          const bool pixel = kind == 1, pointwise = kind == 2;
-          if (pointwise && fmt != Layout::NCDHW) continue;
+          const bool pixel = kind == 1, pointwise = kind == 2, on_amx = kind == 3;
+          if ((pointwise && fmt != Layout::NCDHW) || (on_amx && !amx)) continue;
           Case c = with_dtype(Case{}, DType::bf16);
           c.y_dtype = DType::f32;
           c.data_format = fmt;
@@ -651,6 +656,7 @@ TEST(CpuBf16, TinyInputsAreExact) {
                                    std::to_string(w_e) +
                                    (pixel       ? ", pixel"
                                     : pointwise ? ", pointwise"
+                                    : on_amx    ? ", gemm on AMX"
                                                 : ", gemm");
           const auto run = [&](const Problem& q, Instance& i, int threads) {
             if (pixel)
@@ -658,7 +664,7 @@ TEST(CpuBf16, TinyInputsAreExact) {
             else if (pointwise)
               run_pointwise(q, i, true, threads);
             else
-              run_gemm(q, i, Isa::avx512_bf16, {}, threads);
+              run_gemm(q, i, on_amx ? Isa::amx_bf16 : Isa::avx512_bf16, {}, threads);
           };
           Tensor first = inst.y;
           for (int threads : {1, 2}) {
@@ -680,6 +686,72 @@ TEST(CpuBf16, TinyInputsAreExact) {
           run(pl, low, 2);
           EXPECT_TRUE(matches_reference(pl, low)) << what << ", bf16 y";
         }
+}
+
+// AMX tiles (kernels_amx.cpp: up to 32 pixels as two row tiles of 16, two vectors of 16 input channels, the
+// reduction in chunks of 32 channels) at their edges: Cin, Cout and W phase lengths of 15, 16, 17, 31, 32,
+// 33 and 47 to 49 (three tiles); bf16, HiFloat8 and FP8 E4M3FN inputs widened to bf16; both data formats;
+// strides 1 and 2; the same bits for 1 and 2 threads.
+TEST(CpuAmx, TileEdges) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  std::mt19937_64 rng(131);
+  const std::int64_t edges[] = {15, 16, 17, 31, 32, 33};
+  const DType dtypes[] = {DType::bf16, DType::hif8, DType::fp8_e4m3fn};
+  int k = 0;
+  for (std::int64_t cin : edges)
+    for (std::int64_t cout : edges)
+      for (std::int64_t s : {1, 2}) {
+        Case c = with_dtype(Case{}, dtypes[k % 3]);
+        c.data_format = kDataFormats[k % 2];
+        c.filter_format = kFilterFormats[k % 3];
+        c.Cin = cin;
+        c.Cout = cout;
+        const std::int64_t w = k % 4 == 3 ? 47 + k % 3 : edges[k / 2 % 6];  // pixels per W phase
+        c.in = {2, 3, s * w};
+        c.stride = {1, s, s};
+        c.pad_front = {1, 1, 1};
+        c.pad_back = {0, 1, 2};
+        const Fill fill = k % 5 == 0 ? Fill::small_integers : Fill::random;
+        ++k;
+        Instance inst = instantiate(c, rng, fill);
+        const Problem p = validate(inst.spec);
+        run_gemm(p, inst, Isa::amx_bf16, {}, 1);
+        ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+        if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+          ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+        }
+        Tensor first = inst.y;
+        fill_canary(inst.y);
+        run_gemm(p, inst, Isa::amx_bf16, {}, 2);
+        EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", 2 threads";
+      }
+}
+
+// AMX tiles multiply the zero pixels beside each dy row too. A filter holding an infinity or a NaN must not
+// turn those into 0 x inf = NaN where the tap lies outside dy (the W borders): its channel blocks run the
+// exact kernels, and y matches the reference element for element (inf, NaN and finite alike).
+TEST(CpuAmx, NonFiniteFilterAtBordersMatchesReference) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  std::mt19937_64 rng(137);
+  for (Layout fmt : kDataFormats)
+    for (std::uint16_t bad : {std::uint16_t{0x7F80}, std::uint16_t{0xFF80}, std::uint16_t{0x7FC0}}) {
+      Case c = with_dtype(Case{}, DType::bf16);
+      c.data_format = fmt;
+      c.y_dtype = DType::f32;
+      c.Cin = 40;
+      c.Cout = 20;
+      c.in = {2, 4, 20};
+      c.pad_front = c.pad_back = {1, 1, 1};
+      Instance inst = instantiate(c, rng, Fill::small_integers);
+      // Tap kw = 0 of (co 3, ci 5, kd 1, kh 1) reads dy one pixel right of y's: outside dy at the right
+      // border.
+      const TensorView& w = inst.filter.view;
+      static_cast<std::uint16_t*>(w.data)[3 * w.strides[0] + 5 * w.strides[1] + w.strides[2] + w.strides[3]] =
+          bad;
+      const Problem p = validate(inst.spec);
+      run_gemm(p, inst, Isa::amx_bf16);
+      EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", filter element 0x" << std::hex << bad;
+    }
 }
 
 // Detection is per pack (filter) and per call (dy): a subnormal filter is handled in every call that uses

@@ -40,7 +40,8 @@ int demo_command(const std::vector<std::string>& argv) {
   const std::vector<FlagSpec> flags = {
       {"--quick", "", "a smaller block (16 channels, 4x8x8), every output checked"},
       {"--threads", "T", "worker threads (default 0: all hardware threads; at most 4 x that)"},
-      {"--isa", "best|avx512_bf16|avx512|avx2|portable|reference", "engine instruction set (default best)"},
+      {"--isa", "best|amx_bf16|avx512_bf16|avx512|avx2|portable|reference",
+       "engine instruction set (default best)"},
   };
   if (wants_help(argv)) {
     std::cout << kDemoHelp << format_flags(flags);

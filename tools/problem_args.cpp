@@ -21,7 +21,8 @@ std::vector<FlagSpec> attribute_flags() {
       {"--hf32", "", "fp32 only: round inputs to HF32 before multiplying (enable_hf32)"},
       {"--saturate", "", "clamp overflowing outputs to the largest finite value instead of inf/NaN"},
       {"--threads", "T", "worker threads (default 0: all hardware threads; at most 4 x that)"},
-      {"--isa", "best|avx512_bf16|avx512|avx2|portable|reference", "engine instruction set (default best)"},
+      {"--isa", "best|amx_bf16|avx512_bf16|avx512|avx2|portable|reference",
+       "engine instruction set (default best)"},
       {"--verbose", "", "print the resolved problem, the engine chosen and why others declined"},
       {"--max-memory", "BYTES",
        "most memory the plan may allocate beyond the tensors; K, M, G suffixes (default: no limit)"},
@@ -97,8 +98,9 @@ ParsedAttributes parse_attributes(const Args& args, bool geometry_optional) {
     try {
       pa.options.isa = parse_isa(*v);
     } catch (const Error&) {
-      throw usage_error("--isa",
-                        "'" + *v + "' is not an ISA (best, avx512_bf16, avx512, avx2, portable, reference)");
+      throw usage_error(
+          "--isa",
+          "'" + *v + "' is not an ISA (best, amx_bf16, avx512_bf16, avx512, avx2, portable, reference)");
     }
   }
   pa.options.verbose = args.has("--verbose");

@@ -81,5 +81,7 @@ std::unique_ptr<EngineImpl> make_reference_engine(const Problem&);
 // The best ISA this CPU supports, and whether it supports a given one.
 Isa detect_isa();
 bool cpu_supports(Isa);
+// Empty when this process may use AMX tiles, else why not (CPU, OS or Linux permission).
+const std::string& amx_unavailable();
 
 }  // namespace conv3d_dx

@@ -8,7 +8,10 @@
 namespace conv3d_dx::cpu {
 
 std::string GemmConfig::describe() const {
-  std::string s = std::string(to_string(isa)) + (bf16 ? " vdpbf16ps pairs" : " fp32 FMA") +
+  std::string s = std::string(to_string(isa)) +
+                  (amx    ? " AMX tiles of up to " + std::to_string(kAmxMaxM) + " pixels"
+                   : bf16 ? " vdpbf16ps pairs"
+                          : " fp32 FMA") +
                   ", channel blocks of " + std::to_string(nv * lanes) + ", tiles up to " +
                   std::to_string(max_m[nv]) + " pixels, dy " + (direct_dy ? "in place" : "converted") +
                   (fuse_w ? ", W taps fused" : "");
@@ -25,12 +28,17 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
   GemmConfig c;
   c.isa = isa;
-  c.bf16 = isa == Isa::avx512_bf16;
+  c.amx = isa == Isa::amx_bf16;
+  c.bf16 = c.amx || isa == Isa::avx512_bf16;
   c.lanes = ks.lanes;
-  const std::int64_t kpad = c.bf16 ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g;  // reduction channels per tap
+  // An AMX tile reduces over 16 channel pairs at a time: padding channels are zero in dy and the filter.
+  c.kpad = c.amx ? ceil_div(p.Cout_g, 32) * 32 : c.bf16 ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g;
+  const std::int64_t kpad = c.kpad;
 
-  // Channel blocks: as wide as the kernels go (4 vectors of 16 on AVX-512), no wider than the channels.
-  int nv = tuning.nv > 0 ? tuning.nv : (c.lanes == 16 ? 4 : 2);
+  // Channel blocks: as wide as the kernels go (4 vectors of 16 on AVX-512, 2 with AMX: 2 x 2 tiles of
+  // 16 x 16 take the 8 tile registers with the two dy and two filter tiles), no wider than the channels.
+  int nv = tuning.nv > 0 ? tuning.nv : c.amx ? 2 : (c.lanes == 16 ? 4 : 2);
+  if (c.amx) nv = std::min(nv, 2);
   while (nv > 1 && ks.max_m[nv] == 0) --nv;
   c.nv = static_cast<int>(std::min<std::int64_t>(nv, ceil_div(p.Cin_g, c.lanes)));
   for (int v = 1; v <= kMaxNv; ++v)
@@ -45,10 +53,11 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // 6.8 -> 9.1, is the exception measured).
   const auto& s = p.dy_strides;
   const bool aliased_channels = s[1] % 1024 == 0;  // 4 KiB of fp32
-  c.direct_dy = c.bf16 ? p.dy_dtype == DType::bf16 && p.Cout_g % 2 == 0 && s[1] == 1 &&
-                             p.input_rounding != InputRounding::fp16
-                       : p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none &&
-                             (s[1] == 1 || (p.Cout_g >= 16 && !aliased_channels));
+  c.direct_dy = c.amx    ? false
+                : c.bf16 ? p.dy_dtype == DType::bf16 && p.Cout_g % 2 == 0 && s[1] == 1 &&
+                               p.input_rounding != InputRounding::fp16
+                         : p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none &&
+                               (s[1] == 1 || (p.Cout_g >= 16 && !aliased_channels));
 
   // The W taps of a phase, in packed order (decreasing k), read consecutive dy pixels; they fuse into one
   // reduction when consecutive taps are one dy pixel apart (dilation divides stride) and a pixel's
@@ -59,6 +68,15 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   for (const AxisPhase& ph : w_axis.phases)
     for (std::size_t t = 1; t < ph.taps.size(); ++t)
       if (ph.taps[t - 1].off != ph.taps[t].off + 1) c.fuse_w = false;
+  // AMX tiles read every tap's dy pixels for the whole tile, in or out of dy: the converted rows get zero
+  // pixels on both sides as far as any phase's taps reach (taps run from the largest offset, front, to the
+  // smallest, back).
+  if (c.amx)
+    for (const AxisPhase& ph : w_axis.phases) {
+      if (ph.count == 0 || ph.taps.empty()) continue;
+      c.halo_lo = std::max(c.halo_lo, -ph.taps.back().off);
+      c.halo_hi = std::max(c.halo_hi, ph.count - 1 + ph.taps.front().off - (p.dy_size[2] - 1));
+    }
 
   // A channel block's filter that does not fit in its share of L2 would stream from L3 for every tile.
   // Then a task takes a whole y plane (accumulated in a staging buffer) and walks the taps in groups that

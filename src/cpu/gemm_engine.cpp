@@ -1,8 +1,10 @@
 #include "cpu/gemm_engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <type_traits>
 #include <vector>
@@ -30,7 +32,7 @@ class GemmEngine final : public EngineImpl {
             Axis(p_.y_size[2], p_.dy_size[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2])},
         lanes_(config.lanes),
         elem_(bf16_ ? 2 : 4),
-        kpad_(bf16_ ? (p_.Cout_g + 1) / 2 * 2 : p_.Cout_g),
+        kpad_(config.kpad),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {
     const Problem& p = p_;
@@ -38,7 +40,7 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t cbw_max = static_cast<std::int64_t>(config.nv) * lanes_;
     tile_floats_ = config.plane_mode ? config.planes_per_task * p.y_size[1] * p.y_size[2] * cbw_max
                    : config.staged   ? p.y_size[2] * cbw_max
-                                     : kMaxM * cbw_max;
+                                     : std::max(kMaxM, config.amx ? kAmxMaxM : 0) * cbw_max;
     check_memory(request, name(), memory());
     // Channel blocks of config.nv vectors; the last one may be narrower.
     std::int64_t w_off = 0;
@@ -62,7 +64,8 @@ class GemmEngine final : public EngineImpl {
     } else {
       dy_c_ = bf16_ ? 2 : 1;
       dy_w_ = kpad_;
-      dy_h_ = p.dy_size[2] * dy_w_;
+      dy_origin_ = config.halo_lo * dy_w_;
+      dy_h_ = (config.halo_lo + p.dy_size[2] + config.halo_hi) * dy_w_;
       dy_d_ = p.dy_size[1] * dy_h_;
       dy_g_ = p.dy_size[0] * dy_d_;
       dy_n_ = p.G * dy_g_;
@@ -100,8 +103,9 @@ class GemmEngine final : public EngineImpl {
     for (int a = 0; a < 3; ++a)
       tables = saturating_add(
           tables, saturating_add(saturating_mul(p.stride[a], 64), saturating_mul(p.kernel[a], 24)));
-    const std::int64_t dy_elements = saturating_mul(saturating_mul(p.N * p.G, p.dy_size[0] * p.dy_size[1]),
-                                                    saturating_mul(p.dy_size[2], kpad_));
+    const std::int64_t dy_elements =
+        saturating_mul(saturating_mul(p.N * p.G, p.dy_size[0] * p.dy_size[1]),
+                       saturating_mul(config_.halo_lo + p.dy_size[2] + config_.halo_hi, kpad_));
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
     const std::int64_t scratch =
@@ -124,6 +128,7 @@ class GemmEngine final : public EngineImpl {
                  [&](std::int64_t begin, std::int64_t end) {
                    TaskScratch scratch(*this);
                    for (std::int64_t t = begin; t < end; ++t) run_task(t, src, y, tiny_dy, scratch);
+                   if (config_.amx) amx_release();
                  });
   }
 
@@ -145,6 +150,7 @@ class GemmEngine final : public EngineImpl {
         for (std::int64_t t = gb * tasks_per_block_; t < (gb + 1) * tasks_per_block_; ++t)
           run_task(t, src, y, tiny_dy, scratch);
       }
+      if (config_.amx) amx_release();
     });
   }
 
@@ -165,10 +171,15 @@ class GemmEngine final : public EngineImpl {
     return {ws, false};
   }
 
-  // Packs channel block gb % nb of group gb / nb and notes whether it holds a tiny bf16 value.
+  // Packs channel block gb % nb of group gb / nb and notes whether it needs the exact kernels.
   void pack_group_block(const void* filter, std::int64_t gb) {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
+    if (bf16_ && p_.filter_dtype == DType::bf16 && ks_.interleave_bf16 && ks_.any_nonfinite_bf16) {
+      tiny_blocks_[static_cast<std::size_t>(gb)] = pack_bf16_block(
+          static_cast<const std::uint16_t*>(filter), gb / nb, b, static_cast<std::uint16_t*>(wpack_.get()));
+      return;
+    }
     w_reader_.visit(filter, [&](auto get) {
       tiny_blocks_[static_cast<std::size_t>(gb)] =
           bf16_ ? pack_block(get, gb / nb, b, static_cast<std::uint16_t*>(wpack_.get()))
@@ -186,7 +197,8 @@ class GemmEngine final : public EngineImpl {
 
   // Block layout: fp32 [tap][kpad][nv*lanes]; bf16 [tap][kpad/2][nv*lanes][2]. Padding stays zero (the
   // buffer is zeroed once); only real channels are written.
-  // Returns whether a packed bf16 value is tiny (tiny_bf16).
+  // Returns whether a packed bf16 value is tiny (tiny_bf16) or, for AMX, not finite (AMX tiles multiply
+  // the zero pixels beside dy rows too, and 0 x inf must not enter a sum).
   template <class Get, class T>
   bool pack_block(const Get& get, std::int64_t g, const Block& b, T* wpack) const {
     const auto& s = p_.filter_strides;
@@ -195,14 +207,18 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t tap_step = kpad_ * cbw;  // elements per tap in both layouts
     // Each (co, tap) writes one contiguous run of channels; the source of one co stays in L1 meanwhile.
     const std::int64_t lane_step = bf16_ ? 2 : 1;
-    bool tiny = false;
+    bool tiny = false, nonfinite = false;
     for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
       T* dst_co = dst + (bf16_ ? (co / 2 * cbw) * 2 + (co & 1) : co * cbw);
       const std::int64_t base = (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
       for (std::size_t t = 0; t < tap_src_.size(); ++t) {
         T* out = dst_co + tap_pos(static_cast<std::int64_t>(t)) * tap_step;
         const std::int64_t src = base + tap_src_[t];
-        for (std::int64_t c = 0; c < valid; ++c) put(out, c * lane_step, get(src + c * s[1]));
+        for (std::int64_t c = 0; c < valid; ++c) {
+          const float v = get(src + c * s[1]);
+          nonfinite |= !(std::fabs(v) <= std::numeric_limits<float>::max());
+          put(out, c * lane_step, v);
+        }
       }
       // The pairs of (co & ~1, co | 1) just written, while they are in L1: zero padding is not tiny.
       if constexpr (std::is_same_v<T, std::uint16_t>)
@@ -210,7 +226,58 @@ class GemmEngine final : public EngineImpl {
           for (std::int64_t t = 0; t < taps_; ++t)
             tiny |= ks_.any_tiny_bf16(dst + (co / 2 * cbw) * 2 + t * tap_step, 2 * cbw);
     }
-    return tiny;
+    return tiny || (config_.amx && nonfinite);
+  }
+
+  // pack_block for a bf16 filter, moving bits with vector kernels: channel pairs interleaved straight from
+  // the filter when its input channels are contiguous; otherwise, for an NCDHW filter (taps dense, input
+  // channels T taps apart), each pair of output channels is interleaved into [ci][tap] units, transposed to
+  // [tap][ci] and copied to the taps' packed places. Same layout and result as pack_block.
+  bool pack_bf16_block(const std::uint16_t* filter, std::int64_t g, const Block& b,
+                       std::uint16_t* wpack) const {
+    const auto& s = p_.filter_strides;
+    const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
+    std::uint16_t* dst = wpack + g * group_w_ + b.w_off;
+    const bool ncdhw = s[4] == 1 && s[3] == p_.kernel[2] && s[2] == p_.kernel[1] * p_.kernel[2] &&
+                       s[1] == taps_ && valid * taps_ <= (std::int64_t{1} << 16);
+    std::vector<float> units, transposed;
+    if (s[1] != 1 && ncdhw) {
+      units.resize(static_cast<std::size_t>(valid * taps_));
+      transposed.resize(static_cast<std::size_t>(taps_ * cbw));
+    }
+    bool special = false;
+    for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
+      const std::uint16_t* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
+      const std::uint16_t* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
+      std::uint16_t* dst_co = dst + co * cbw;  // pair co / 2: cbw units of two bf16
+      if (s[1] == 1) {
+        for (std::int64_t t = 0; t < taps_; ++t)
+          ks_.interleave_bf16(src0 + tap_src_[static_cast<std::size_t>(t)],
+                              src1 ? src1 + tap_src_[static_cast<std::size_t>(t)] : nullptr,
+                              dst_co + tap_pos(t) * tap_step, valid);
+      } else if (ncdhw) {
+        ks_.interleave_bf16(src0, src1, reinterpret_cast<std::uint16_t*>(units.data()), valid * taps_);
+        ks_.store_transposed(units.data(), false, taps_, valid, taps_, transposed.data(), false, cbw, false);
+        for (std::int64_t t = 0; t < taps_; ++t)
+          std::memcpy(dst_co + tap_pos(t) * tap_step, transposed.data() + t * cbw,
+                      static_cast<std::size_t>(valid) * 4);
+      } else {
+        for (std::int64_t t = 0; t < taps_; ++t) {
+          std::uint16_t* out = dst_co + tap_pos(t) * tap_step;
+          const std::uint16_t* at0 = src0 + tap_src_[static_cast<std::size_t>(t)];
+          for (std::int64_t c = 0; c < valid; ++c) {
+            out[2 * c] = at0[c * s[1]];
+            out[2 * c + 1] = src1 ? at0[s[0] + c * s[1]] : 0;
+          }
+        }
+      }
+      for (std::int64_t t = 0; t < taps_; ++t) {
+        const std::uint16_t* packed = dst_co + t * tap_step;
+        special |=
+            ks_.any_tiny_bf16(packed, 2 * cbw) || (config_.amx && ks_.any_nonfinite_bf16(packed, 2 * cbw));
+      }
+    }
+    return special;
   }
 
   // Whether bf16 dy, read in place (channels contiguous), holds a tiny value (tiny_bf16).
@@ -237,8 +304,16 @@ class GemmEngine final : public EngineImpl {
     return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
-  // dy into the workspace as [n][g][od][oh][ow][kpad] in the compute type, padding channels with zero.
-  // Returns whether bf16 dy holds a tiny value (tiny_bf16), scanned plane by plane as it is written.
+  // Zeroes the halo pixels (AMX) of the converted dy row whose pixel 0 is at `row`.
+  template <class T>
+  void zero_halo(T* row) const {
+    std::fill(row - dy_origin_, row, T{0});
+    std::fill(row + p_.dy_size[2] * dy_w_, row + (p_.dy_size[2] + config_.halo_hi) * dy_w_, T{0});
+  }
+
+  // dy into the workspace as [n][g][od][oh][ow][kpad] in the compute type, padding channels with zero (and,
+  // for AMX, each row with halo pixels). Returns whether bf16 dy holds a tiny value (tiny_bf16), scanned
+  // plane by plane as it is written.
   template <class T>
   bool convert_dy(const void* dy, T* out) const {
     const auto& s = p_.dy_strides;
@@ -249,6 +324,28 @@ class GemmEngine final : public EngineImpl {
         if (scan) tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
     };
     const auto any_tiny = [&] { return std::find(tiny.begin(), tiny.end(), 1) != tiny.end(); };
+    // bf16 dy with contiguous channels into bf16 pairs: one copy per pixel, padding channels zeroed.
+    if (std::is_same_v<T, std::uint16_t> && p_.dy_dtype == DType::bf16 && s[1] == 1 &&
+        p_.input_rounding != InputRounding::fp16) {
+      parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
+                             n = r / p_.dy_size[0] / p_.G;
+          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
+            const auto* src =
+                static_cast<const std::uint16_t*>(dy) + n * s[0] + g * p_.Cout_g + od * s[2] + oh * s[3];
+            T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
+            for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
+              std::memcpy(row + ow * kpad_, src + ow * s[4], static_cast<std::size_t>(p_.Cout_g) * 2);
+              std::fill(row + ow * kpad_ + p_.Cout_g, row + (ow + 1) * kpad_, T{0});
+            }
+            zero_halo(row);
+          }
+          scan_plane(r);
+        }
+      });
+      return any_tiny();
+    }
     // Exact fp32 or bf16 dy with contiguous W (NCDHW): transpose each row of Cout_g x Wo in 16 x 16 blocks.
     const bool exact = p_.input_rounding == InputRounding::none ||
                        (p_.input_rounding == InputRounding::hf32 && p_.dy_dtype != DType::f32);
@@ -265,15 +362,17 @@ class GemmEngine final : public EngineImpl {
           bool any = false;
           for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
             const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
+            T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
+            zero_halo(row);
             if constexpr (std::is_same_v<T, std::uint16_t>) {
               if (pairs) {
                 any |= ks_.transpose_bf16_pairs(static_cast<const std::uint16_t*>(dy) + at, s[1], p_.Cout_g,
-                                                p_.dy_size[2], out + r * dy_d_ + oh * dy_h_, kpad_);
+                                                p_.dy_size[2], row, kpad_);
                 continue;
               }
             }
             ks_.store_transposed(static_cast<const char*>(dy) + at * esize, src_bf16, s[1], p_.Cout_g,
-                                 p_.dy_size[2], out + r * dy_d_ + oh * dy_h_, bf16_, kpad_, false);
+                                 p_.dy_size[2], row, bf16_, kpad_, false);
           }
           if (pairs)
             tiny[static_cast<std::size_t>(r)] = any;
@@ -290,7 +389,8 @@ class GemmEngine final : public EngineImpl {
                              n = r / p_.dy_size[0] / p_.G;
           T* plane = out + r * dy_d_;
           for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
-            T* row = plane + oh * dy_h_;
+            T* row = plane + oh * dy_h_ + dy_origin_;
+            zero_halo(row);
             for (std::int64_t co = 0; co < kpad_; ++co) {
               if (co >= p_.Cout_g) {
                 for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) put(row, ow * kpad_ + co, 0.0f);
@@ -320,18 +420,21 @@ class GemmEngine final : public EngineImpl {
                        q1 = config_.plane_mode ? std::min(q0 + ppt, p_.N * D.in) : q0 + 1;
     const std::int64_t ih0 = config_.plane_mode ? 0 : r % H.in, ih1 = config_.plane_mode ? H.in : ih0 + 1;
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
-    // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
-    const TileFn(*fns_nv)[kMaxM + 1] = !bf16_ ? ks_.f32
-                                       : tiny_blocks_[static_cast<std::size_t>(gb)] || tiny_dy
-                                           ? ks_.bf16_exact
-                                           : ks_.bf16;
+    // bf16 pairs go through AMX or vdpbf16ps unless an input is small enough for them to flush something
+    // (or, for AMX, the filter block is not finite).
+    const bool exact = tiny_blocks_[static_cast<std::size_t>(gb)] || tiny_dy;
+    const bool amx = config_.amx && !exact;
+    const TileFn(*fns_nv)[kMaxM + 1] = !bf16_ ? ks_.f32 : exact ? ks_.bf16_exact : ks_.bf16;
     TapRef* taps = scratch.taps.data();
     float* tile = static_cast<float*>(align64(scratch.tile.data()));
     const char* wblock = static_cast<const char*>(wpack_.get()) + (g * group_w_ + b.w_off) * elem_;
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
                        steps = bf16_ ? kpad_ / 2 : kpad_;
-    const TileFn* fns = fns_nv[b.nv];
-    const int max_m = config_.max_m[b.nv];
+    const TileFn* fns = amx ? amx_kernels().tile[b.nv] : fns_nv[b.nv];
+    // AMX tiles of a phase are of one width (the last may be narrower), as few as kAmxMaxM allows: a tile
+    // costs the same for any number of pixels up to 16 per row tile, and a change of width reloads the tile
+    // configuration (~300 cycles). The other kernels share a phase's pixels out evenly.
+    const int max_m = amx ? kAmxMaxM : config_.max_m[b.nv];
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
     const std::int64_t row_floats = W.in * cbw, plane_floats = (ih1 - ih0) * row_floats;
     if (config_.plane_mode) std::fill(tile, tile + (q1 - q0) * plane_floats, 0.0f);
@@ -341,7 +444,7 @@ class GemmEngine final : public EngineImpl {
       for (std::int64_t q = q0; q < q1; ++q) {
         const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id);
         const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
-        const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_) * elem_;
+        const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
           const std::int64_t jh = H.j_of(ih);
           const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
@@ -354,9 +457,13 @@ class GemmEngine final : public EngineImpl {
             std::int64_t ntaps = 0, built_j0 = 0;
             bool built_inside = false;
             for (std::int64_t k = 0; k < nblk; ++k) {
-              const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
-              const bool inside = !PW.taps.empty() && j0 + PW.taps.back().off >= 0 &&
-                                  j0 + m - 1 + PW.taps.front().off < W.out;
+              const std::int64_t amx_m = ceil_div(PW.count, nblk);
+              const std::int64_t j0 = amx ? k * amx_m : PW.count * k / nblk,
+                                 m = amx ? std::min<std::int64_t>(amx_m, PW.count - j0)
+                                         : PW.count * (k + 1) / nblk - j0;
+              // With AMX every tile counts as inside: the halo stands in for pixels outside dy.
+              const bool inside = amx || (!PW.taps.empty() && j0 + PW.taps.back().off >= 0 &&
+                                          j0 + m - 1 + PW.taps.front().off < W.out);
               if (inside && built_inside) {
                 for (std::int64_t i = 0; i < ntaps; ++i) {
                   taps[i].dy_off += (j0 - built_j0) * dy_w_;
@@ -366,8 +473,8 @@ class GemmEngine final : public EngineImpl {
               } else {
                 built_inside = inside;
                 built_j0 = j0;
-                ntaps =
-                    build_taps(PD, PH, PW, jd, jh, dh_begin, dh_end, j0, m, wblock, tap_bytes, steps, taps);
+                ntaps = build_taps(PD, PH, PW, jd, jh, dh_begin, dh_end, j0, m, amx, wblock, tap_bytes, steps,
+                                   taps);
               }
               const std::int64_t iw0 = PW.first + W.stride * j0;
               if (config_.plane_mode) {
@@ -393,10 +500,11 @@ class GemmEngine final : public EngineImpl {
 
   // The taps of the tile of m pixels from j0 of W phase PW in y row (jd of PD, jh of PH), for the (kd, kh)
   // pairs in [dh_begin, dh_end): (kd, kh) in order, then W taps in packed order. Returns their number.
+  // halo: dy rows have zero pixels beside them (AMX), so every W tap covers all m pixels.
   std::int64_t build_taps(const AxisPhase& PD, const AxisPhase& PH, const AxisPhase& PW, std::int64_t jd,
                           std::int64_t jh, std::int64_t dh_begin, std::int64_t dh_end, std::int64_t j0,
-                          std::int64_t m, const char* wblock, std::int64_t tap_bytes, std::int64_t steps,
-                          TapRef* taps) const {
+                          std::int64_t m, bool halo, const char* wblock, std::int64_t tap_bytes,
+                          std::int64_t steps, TapRef* taps) const {
     const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
     std::int64_t ntaps = 0;
     for (const AxisTap& td : PD.taps) {
@@ -410,7 +518,8 @@ class GemmEngine final : public EngineImpl {
         // for all of them and their dy values are contiguous, they form one reduction: same order.
         const auto& wt = PW.taps;
         const std::int64_t nw = static_cast<std::int64_t>(wt.size());
-        if (nw > 1 && config_.fuse_w && j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out) {
+        if (nw > 1 && config_.fuse_w &&
+            (halo || (j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out))) {
           taps[ntaps++] = {off_dh + (j0 + wt.back().off) * dy_w_,
                            wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes,
                            nw * steps, 0, static_cast<std::int32_t>(m)};
@@ -418,8 +527,8 @@ class GemmEngine final : public EngineImpl {
         }
         for (auto it = wt.rbegin(); it != wt.rend(); ++it) {
           const AxisTap& tw = *it;
-          const std::int64_t lo = std::clamp<std::int64_t>(-tw.off - j0, 0, m);
-          const std::int64_t hi = std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
+          const std::int64_t lo = halo ? 0 : std::clamp<std::int64_t>(-tw.off - j0, 0, m);
+          const std::int64_t hi = halo ? m : std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
           if (lo >= hi) continue;
           taps[ntaps++] = {off_dh + (j0 + tw.off) * dy_w_,
                            wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(tw.k)]) * tap_bytes, steps,
@@ -470,11 +579,13 @@ class GemmEngine final : public EngineImpl {
   std::vector<Block> blocks_;
   std::int64_t group_w_ = 0;  // packed elements per group
   AlignedPtr wpack_;
-  std::vector<unsigned char> tiny_blocks_;  // per (group, channel block): it holds a tiny bf16 value
-  std::int64_t tasks_per_block_ = 0;        // plane groups or rows
-  std::int64_t tile_floats_ = 0;  // per-thread output staging: a tile, a y row or a group of y planes
+  // Per (group, channel block): it needs the exact kernels (a tiny bf16 value; for AMX, a non-finite one).
+  std::vector<unsigned char> tiny_blocks_;
+  std::int64_t tasks_per_block_ = 0;  // plane groups or rows
+  std::int64_t tile_floats_ = 0;      // per-thread output staging: a tile, a y row or a group of y planes
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,
-               dy_w_ = 0;  // compute-type element strides
+               dy_w_ = 0;       // compute-type element strides
+  std::int64_t dy_origin_ = 0;  // elements before pixel 0 of a converted dy row (the AMX halo)
   std::vector<std::pair<std::int64_t, std::int64_t>>
       dh_groups_;  // [begin, end) of kd * kH + kh per tap group
   Reader dy_reader_, w_reader_;
@@ -484,13 +595,31 @@ class GemmEngine final : public EngineImpl {
 
 std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
                                       std::string& why_not) {
-  why_not = fast_engine_refusal(isa, request, isa == Isa::avx512_bf16);
+  why_not = fast_engine_refusal(isa, request, isa == Isa::avx512_bf16 || isa == Isa::amx_bf16);
   if (!why_not.empty()) return nullptr;
+  const Problem& p = request.problem;
+  GemmConfig config = gemm_config(p, request.cpu, isa, request.threads, tuning);
+  if (config.amx) {
+    // Padding the reduction to 32 channels multiplies the work by kpad / Cout_g; beyond 4x the AVX-512
+    // kernels are as fast (unless the caller named amx_bf16). A halo wider than dy itself (y reaching far
+    // past dy) would mostly multiply zeros.
+    if (p.Cout_g * 4 < config.kpad && !request.isa_named) {
+      why_not = "out_backprop has " + std::to_string(p.Cout_g) +
+                " channels per group: AMX tiles reduce over 32 at a time";
+      return nullptr;
+    }
+    if (config.halo_lo + config.halo_hi > p.dy_size[2] + 2 * p.kernel[2] * p.dilation[2]) {
+      why_not = "y rows reach far beyond out_backprop's: AMX tiles would mostly read zero pixels";
+      return nullptr;
+    }
+  }
   const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
-  return std::make_unique<GemmEngine>(
-      request, ks, gemm_config(request.problem, request.cpu, isa, request.threads, tuning));
+  return std::make_unique<GemmEngine>(request, ks, config);
 }
 
+std::unique_ptr<EngineImpl> make_gemm_amx_bf16(const EngineRequest& r, std::string& why_not) {
+  return make_gemm(r, Isa::amx_bf16, {}, why_not);
+}
 std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest& r, std::string& why_not) {
   return make_gemm(r, Isa::avx512_bf16, {}, why_not);
 }

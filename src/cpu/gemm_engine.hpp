@@ -24,8 +24,16 @@ struct GemmTuning {
 // Every choice the engine makes for a problem on a CPU, decided in one step from the problem, the CPU's
 // model (cache sizes) and the kernel set, before anything is allocated; --verbose prints it.
 struct GemmConfig {
-  Isa isa = Isa::avx512;       // kernel set: avx512_bf16 (vdpbf16ps over channel pairs), avx512 or avx2 (FMA)
-  bool bf16 = false;           // bf16 channel pairs through vdpbf16ps; otherwise inputs widened to fp32
+  // Kernel set: amx_bf16 (AMX tiles over bf16 channel pairs), avx512_bf16 (vdpbf16ps over channel pairs),
+  // avx512 or avx2 (FMA).
+  Isa isa = Isa::avx512;
+  bool bf16 = false;  // bf16 channel pairs (AMX tiles or vdpbf16ps); otherwise inputs widened to fp32
+  // AMX tiles of up to kAmxMaxM pixels for channel blocks whose inputs are finite and not tiny; the other
+  // blocks (and all, when dy holds a tiny value) run the AVX-512 exact bf16 kernels on the same data.
+  bool amx = false;
+  std::int64_t kpad = 0;  // reduction channels per tap: Cout_g, padded to even for pairs, to 32 for AMX
+  // AMX: zero dy pixels before and after each converted dy row, so every W tap covers all pixels of a tile.
+  std::int64_t halo_lo = 0, halo_hi = 0;
   int lanes = 16;              // fp32 lanes per vector
   int nv = 1;                  // vectors of input channels per channel block (the last block may be narrower)
   int max_m[kMaxNv + 1] = {};  // widest tile, in pixels, per block width
@@ -48,11 +56,12 @@ struct GemmConfig {
 
 GemmConfig gemm_config(const Problem&, const CpuModel&, Isa isa, int threads, const GemmTuning& = {});
 
+std::unique_ptr<EngineImpl> make_gemm_amx_bf16(const EngineRequest&, std::string& why_not);
 std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest&, std::string& why_not);
 std::unique_ptr<EngineImpl> make_gemm_avx512(const EngineRequest&, std::string& why_not);
 std::unique_ptr<EngineImpl> make_gemm_avx2(const EngineRequest&, std::string& why_not);
 
-// The same engines with explicit blocking; `isa` picks the kernel set (avx512_bf16, avx512 or avx2).
+// The same engines with explicit blocking; `isa` picks the kernel set (amx_bf16, avx512_bf16, avx512, avx2).
 std::unique_ptr<EngineImpl> make_gemm(const EngineRequest&, Isa isa, const GemmTuning&, std::string& why_not);
 
 }  // namespace conv3d_dx::cpu

@@ -78,6 +78,8 @@ struct KernelSet {
   PixFn pix_bf16_exact[kMaxPixCi + 1][kMaxPixP + 1] = {};  // bf16 pairs widened to fp32, FMAs
   // Whether any of n bf16 values is nonzero with magnitude below 2^-56 (see tiny_bf16 in support.hpp).
   bool (*any_tiny_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
+  // Whether any of n bf16 values is an infinity or a NaN. Null where the ISA has none.
+  bool (*any_nonfinite_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
   // y[c * y_cs + r] = a[r * a_rs + c] for r < nr, c < nc: a transposing store. a is fp32 or bf16 (a_bf16),
   // y fp32 or bf16 (y_bf16: rounded as to_bf16 does). Null where the ISA has none.
   void (*store_transposed)(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
@@ -102,7 +104,17 @@ struct KernelSet {
   void (*to_bf16)(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) = nullptr;
 };
 
+// AMX tiles (kernels_amx.cpp): M <= kAmxMaxM pixels x NV <= 2 vectors of 16 input channels over bf16
+// channel pairs, tdpbf16ps. Every tap covers all M pixels and has k a multiple of 16 pairs (32 channels).
+inline constexpr int kAmxMaxM = 32;
+struct AmxKernels {
+  TileFn tile[3][kAmxMaxM + 1] = {};  // [NV][M]
+};
+
 const KernelSet& avx512_kernels();  // only after cpu_supports(Isa::avx512)
 const KernelSet& avx2_kernels();    // only after cpu_supports(Isa::avx2)
+const AmxKernels& amx_kernels();    // only after cpu_supports(Isa::amx_bf16)
+// Releases this thread's AMX tile state (after its last AMX tile of a call); a no-op when it holds none.
+void amx_release();
 
 }  // namespace conv3d_dx::cpu

@@ -362,6 +362,17 @@ bool any_tiny_bf16(const std::uint16_t* p, std::int64_t n) {
   return any != 0;
 }
 
+bool any_nonfinite_bf16(const std::uint16_t* p, std::int64_t n) {
+  const __m512i exponent = _mm512_set1_epi16(0x7F80);
+  __mmask32 any = 0;
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const auto m = n - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << (n - i)) - 1u);
+    const __m512i v = _mm512_maskz_loadu_epi16(m, p + i);
+    any |= _mm512_mask_cmpeq_epi16_mask(m, _mm512_and_si512(v, exponent), exponent);
+  }
+  return any != 0;
+}
+
 }  // namespace avx512
 
 const KernelSet& avx512_kernels() {
@@ -386,6 +397,7 @@ const KernelSet& avx512_kernels() {
     fill_tiles<V, Bf16ExactStep, 3, 9>(s.bf16_exact);
     fill_tiles<V, Bf16ExactStep, 4, 6>(s.bf16_exact);
     s.any_tiny_bf16 = &any_tiny_bf16;
+    s.any_nonfinite_bf16 = &any_nonfinite_bf16;
     s.interleave_bf16 = &interleave_bf16;
     s.interleave_f32 = &interleave_f32;
     s.transpose_bf16_pairs = &transpose_bf16_pairs;

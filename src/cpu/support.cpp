@@ -7,6 +7,8 @@ namespace conv3d_dx::cpu {
 
 int isa_level(Isa isa) {
   switch (isa) {
+    case Isa::amx_bf16:
+      return 4;
     case Isa::avx512_bf16:
       return 3;
     case Isa::avx512:
@@ -19,6 +21,7 @@ int isa_level(Isa isa) {
 }
 
 std::string isa_refusal(Isa isa, const EngineRequest& request) {
+  if (isa == Isa::amx_bf16 && !amx_unavailable().empty()) return amx_unavailable();
   if (!cpu_supports(isa)) return std::string("the CPU lacks ") + to_string(isa);
   if (isa_level(request.isa) < isa_level(isa))
     return std::string("needs ") + to_string(isa) + ", requested " + to_string(request.isa);
@@ -33,7 +36,7 @@ std::string fast_engine_refusal(Isa isa, const EngineRequest& request, bool bf16
                 p.input_rounding != InputRounding::fp16))
     return std::string("inputs not exact in bf16 (dy ") + to_string(p.dy_dtype) + ", filter " +
            to_string(p.filter_dtype) + (p.input_rounding == InputRounding::fp16 ? ", fp16 rounding)" : ")");
-  if (bf16 && !request.cpu.bf16_dot_pays() && !request.isa_named)
+  if (isa == Isa::avx512_bf16 && !request.cpu.bf16_dot_pays() && !request.isa_named)
     return "vdpbf16ps does " + std::to_string(request.cpu.bf16_dot_rate).substr(0, 4) +
            "x the flops of fp32 FMA on " + to_string(request.cpu.uarch) +
            ": bf16 is widened to fp32 (--isa avx512_bf16 forces vdpbf16ps)";

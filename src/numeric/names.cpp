@@ -76,6 +76,8 @@ const char* to_string(Isa isa) {
   switch (isa) {
     case Isa::best:
       return "best";
+    case Isa::amx_bf16:
+      return "amx_bf16";
     case Isa::avx512_bf16:
       return "avx512_bf16";
     case Isa::avx512:
@@ -126,10 +128,11 @@ Layout parse_layout(const std::string& s) {
 
 Isa parse_isa(const std::string& s) {
   const std::string v = lower(s);
-  for (Isa isa : {Isa::best, Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::portable, Isa::reference}) {
+  for (Isa isa :
+       {Isa::best, Isa::amx_bf16, Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::portable, Isa::reference}) {
     if (v == to_string(isa)) return isa;
   }
-  reject("isa", s, "best, avx512_bf16, avx512, avx2, portable, reference");
+  reject("isa", s, "best, amx_bf16, avx512_bf16, avx512, avx2, portable, reference");
 }
 
 }  // namespace conv3d_dx

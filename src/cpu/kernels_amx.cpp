@@ -1,0 +1,199 @@
+// AMX tile kernels (amx_tile + amx_bf16): the implicit-GEMM tile of gemm_engine.cpp on the tile matrix
+// unit. Entered only after cpu_supports(Isa::amx_bf16), which includes Linux's permission to use the tiles.
+//
+// A tile is M <= 32 y pixels (one or two row tiles of 16) times NV <= 2 vectors of 16 input channels: up
+// to four fp32 accumulator tiles C[r][v], two dy tiles A[r] (16 pixels x 16 channel pairs, rows one dy
+// pixel apart) and two filter tiles B[v] (16 channel pairs x 16 input channels, the packed filter's
+// [pair][channel][2] layout as it is). tdpbf16ps adds A[r] . B[v] into C[r][v]; each chunk of 16 pairs
+// loads two A and two B tiles for four products. The engine pads the reduction channels to multiples of
+// 32 and gives every tap its whole pixel range (zero pixels beside each dy row), so a kernel needs no
+// masks; taps in list order, then chunks, keep the sum order fixed.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cpu/kernels.hpp"
+
+namespace conv3d_dx::cpu {
+namespace {
+
+template <int B, int E, class F>
+inline __attribute__((always_inline)) void static_for(F&& f) {
+  if constexpr (B < E) {
+    f(std::integral_constant<int, B>{});
+    static_for<B + 1, E>(f);
+  }
+}
+
+// The tile configuration memory operand of ldtilecfg (palette 1).
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Tile registers: C[r][v] = 2 r + v, A[r] = 4 + r, B[v] = 6 + v. GCC's tile intrinsics take the register
+// number as a literal (it is pasted into the instruction), hence one branch per register.
+constexpr int c_tile(int r, int v) { return 2 * r + v; }
+constexpr int a_tile(int r) { return 4 + r; }
+constexpr int b_tile(int v) { return 6 + v; }
+
+#define CONV3D_DX_EACH_TILE(OP)  \
+  if constexpr (T == 0) {        \
+    OP(0);                       \
+  } else if constexpr (T == 1) { \
+    OP(1);                       \
+  } else if constexpr (T == 2) { \
+    OP(2);                       \
+  } else if constexpr (T == 3) { \
+    OP(3);                       \
+  } else if constexpr (T == 4) { \
+    OP(4);                       \
+  } else if constexpr (T == 5) { \
+    OP(5);                       \
+  } else if constexpr (T == 6) { \
+    OP(6);                       \
+  } else {                       \
+    static_assert(T == 7);       \
+    OP(7);                       \
+  }
+
+template <int T>
+inline __attribute__((always_inline)) void tile_load(const void* p, std::int64_t stride) {
+#define CONV3D_DX_LOAD(t) _tile_loadd(t, p, stride)
+  CONV3D_DX_EACH_TILE(CONV3D_DX_LOAD)
+#undef CONV3D_DX_LOAD
+}
+
+template <int T>
+inline __attribute__((always_inline)) void tile_store(void* p, std::int64_t stride) {
+#define CONV3D_DX_STORE(t) _tile_stored(t, p, stride)
+  CONV3D_DX_EACH_TILE(CONV3D_DX_STORE)
+#undef CONV3D_DX_STORE
+}
+
+template <int T>
+inline __attribute__((always_inline)) void tile_zero() {
+#define CONV3D_DX_ZERO(t) _tile_zero(t)
+  CONV3D_DX_EACH_TILE(CONV3D_DX_ZERO)
+#undef CONV3D_DX_ZERO
+}
+#undef CONV3D_DX_EACH_TILE
+
+// C[r][v] += A[r] . B[v]
+template <int R, int V>
+inline __attribute__((always_inline)) void tile_dot() {
+  if constexpr (R == 0 && V == 0)
+    _tile_dpbf16ps(0, 4, 6);
+  else if constexpr (R == 0 && V == 1)
+    _tile_dpbf16ps(1, 4, 7);
+  else if constexpr (R == 1 && V == 0)
+    _tile_dpbf16ps(2, 5, 6);
+  else
+    _tile_dpbf16ps(3, 5, 7);
+  static_assert(c_tile(1, 1) == 3 && a_tile(1) == 5 && b_tile(1) == 7, "the literals above");
+}
+
+// The shape loaded in this thread's tile registers (0: none), so consecutive tiles of one shape configure
+// once.
+thread_local int loaded_shape = 0;
+
+template <int M, int NV>
+inline __attribute__((always_inline)) void configure() {
+  constexpr int shape = M * 4 + NV;
+  if (loaded_shape == shape) return;
+  TileConfig cfg;
+  for (int r = 0; r * 16 < M; ++r) {
+    const auto rows = static_cast<std::uint8_t>(M - 16 * r < 16 ? M - 16 * r : 16);
+    cfg.rows[a_tile(r)] = rows;
+    cfg.colsb[a_tile(r)] = 64;
+    for (int v = 0; v < NV; ++v) {
+      cfg.rows[c_tile(r, v)] = rows;
+      cfg.colsb[c_tile(r, v)] = 64;
+    }
+  }
+  for (int v = 0; v < NV; ++v) {
+    cfg.rows[b_tile(v)] = 16;
+    cfg.colsb[b_tile(v)] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  loaded_shape = shape;
+}
+
+template <int M, int NV>
+void tile_kernel(const TileArgs& a) {
+  constexpr int R = (M + 15) / 16;
+  configure<M, NV>();
+  const std::int64_t tile_row_bytes = a.tile_ps * 4;
+  static_for<0, R>([&](auto rc) {
+    constexpr int r = decltype(rc)::value;
+    static_for<0, NV>([&](auto vc) {
+      constexpr int v = decltype(vc)::value;
+      if (a.accumulate)
+        tile_load<c_tile(r, v)>(a.tile + r * 16 * a.tile_ps + v * 16, tile_row_bytes);
+      else
+        tile_zero<c_tile(r, v)>();
+    });
+  });
+  const auto* dy = static_cast<const char*>(a.dy);
+  const std::int64_t dy_row_bytes = a.dy_ps * 2;
+  constexpr std::int64_t w_row_bytes = NV * 64;  // one channel pair of the block's input channels
+  for (std::int64_t t = 0; t < a.ntaps; ++t) {
+    const TapRef& tap = a.taps[t];
+    const char* d = dy + tap.dy_off * 2;
+    const char* w = static_cast<const char*>(tap.w);
+    for (std::int64_t s = 0; s < tap.k; s += 16, d += 64, w += 16 * w_row_bytes) {
+      static_for<0, R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        tile_load<a_tile(r)>(d + r * 16 * dy_row_bytes, dy_row_bytes);
+      });
+      static_for<0, NV>([&](auto vc) {
+        constexpr int v = decltype(vc)::value;
+        tile_load<b_tile(v)>(w + v * 64, w_row_bytes);
+      });
+      static_for<0, R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        static_for<0, NV>([&](auto vc) {
+          constexpr int v = decltype(vc)::value;
+          tile_dot<r, v>();
+        });
+      });
+    }
+  }
+  static_for<0, R>([&](auto rc) {
+    constexpr int r = decltype(rc)::value;
+    static_for<0, NV>([&](auto vc) {
+      constexpr int v = decltype(vc)::value;
+      tile_store<c_tile(r, v)>(a.tile + r * 16 * a.tile_ps + v * 16, tile_row_bytes);
+    });
+  });
+}
+
+AmxKernels make_kernels() {
+  AmxKernels k;
+  static_for<1, kAmxMaxM + 1>([&](auto m) {
+    k.tile[1][m] = &tile_kernel<m, 1>;
+    k.tile[2][m] = &tile_kernel<m, 2>;
+  });
+  return k;
+}
+
+}  // namespace
+
+const AmxKernels& amx_kernels() {
+  static const AmxKernels kernels = make_kernels();
+  return kernels;
+}
+
+void amx_release() {
+  if (loaded_shape == 0) return;
+  _tile_release();
+  loaded_shape = 0;
+}
+
+}  // namespace conv3d_dx::cpu
