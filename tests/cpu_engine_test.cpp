@@ -627,11 +627,12 @@ TEST(CpuBf16, TinyInputsAreExact) {
   const bool amx = cpu_supports(Isa::amx_bf16);
   // (dy exponent, filter exponent): both tiny; dy subnormal only; filter subnormal only; products 2^-149.
   const std::pair<int, int> scales[] = {{-64, -64}, {-130, 0}, {0, -130}, {-70, -79}};
-  for (int kind : {0, 1, 2, 3})  // GEMM, pixel, pointwise, GEMM on AMX tiles (where the CPU has them)
+  // GEMM, pixel, pointwise, GEMM on AMX tiles over flat planes and along rows (where the CPU has AMX)
+  for (int kind : {0, 1, 2, 3, 4})
     for (Layout fmt : kDataFormats)
       for (std::int64_t cout : {4, 5})
         for (auto [dy_e, w_e] : scales) {
-          const bool pixel = kind == 1, pointwise = kind == 2, on_amx = kind == 3;
+          const bool pixel = kind == 1, pointwise = kind == 2, on_amx = kind >= 3;
           if ((pointwise && fmt != Layout::NCDHW) || (on_amx && !amx)) continue;
           Case c = with_dtype(Case{}, DType::bf16);
           c.y_dtype = DType::f32;
@@ -664,7 +665,12 @@ TEST(CpuBf16, TinyInputsAreExact) {
             else if (pointwise)
               run_pointwise(q, i, true, threads);
             else
-              run_gemm(q, i, on_amx ? Isa::amx_bf16 : Isa::avx512_bf16, {}, threads);
+              run_gemm(q, i, on_amx ? Isa::amx_bf16 : Isa::avx512_bf16,
+                       {0, 0,
+                        kind == 3   ? 2
+                        : kind == 4 ? 0
+                                    : -1},
+                       threads);
           };
           Tensor first = inst.y;
           for (int threads : {1, 2}) {
@@ -691,7 +697,8 @@ TEST(CpuBf16, TinyInputsAreExact) {
 // AMX tiles (kernels_amx.cpp: up to 32 pixels as two row tiles of 16, two vectors of 16 input channels, the
 // reduction in chunks of 32 channels) at their edges: Cin, Cout and W phase lengths of 15, 16, 17, 31, 32,
 // 33 and 47 to 49 (three tiles); bf16, HiFloat8 and FP8 E4M3FN inputs widened to bf16; both data formats;
-// strides 1 and 2; the same bits for 1 and 2 threads.
+// strides 1 and 2; tiles along rows and over flat planes (rows padded to the dy row width), which sum in the
+// same order: the same bits for both and for 1 and 2 threads.
 TEST(CpuAmx, TileEdges) {
   if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
   std::mt19937_64 rng(131);
@@ -721,9 +728,14 @@ TEST(CpuAmx, TileEdges) {
           ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
         }
         Tensor first = inst.y;
-        fill_canary(inst.y);
-        run_gemm(p, inst, Isa::amx_bf16, {}, 2);
-        EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", 2 threads";
+        for (int plane : {0, 2})  // rows, flat planes
+          for (int threads : {1, 2}) {
+            fill_canary(inst.y);
+            run_gemm(p, inst, Isa::amx_bf16, {0, 0, plane}, threads);
+            EXPECT_TRUE(same_bits(first, inst.y))
+                << c.name() << ", plane " << plane << ", " << threads << " threads";
+            EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+          }
       }
 }
 
@@ -749,8 +761,11 @@ TEST(CpuAmx, NonFiniteFilterAtBordersMatchesReference) {
       static_cast<std::uint16_t*>(w.data)[3 * w.strides[0] + 5 * w.strides[1] + w.strides[2] + w.strides[3]] =
           bad;
       const Problem p = validate(inst.spec);
-      run_gemm(p, inst, Isa::amx_bf16);
-      EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", filter element 0x" << std::hex << bad;
+      for (int plane : {0, 2}) {  // rows, flat planes
+        fill_canary(inst.y);
+        run_gemm(p, inst, Isa::amx_bf16, {0, 0, plane});
+        EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", filter element 0x" << std::hex << bad;
+      }
     }
 }
 

@@ -22,7 +22,7 @@ enum class OverflowMode { ieee, saturate };
 // Rounding applied to every input element before multiplication.
 enum class InputRounding { none, hf32, fp16 };
 // Instruction-set level of the fast engine; `best` picks the best the CPU has.
-// amx_bf16: AMX tiles (tdpbf16ps) for inputs exact in bf16 or in bf16 hi + lo splits, AVX-512 for the rest.
+// amx_bf16: AMX tiles (tdpbf16ps) for inputs exact in bf16 (bf16, HiFloat8, FP8 E4M3FN), AVX-512 for the rest.
 enum class Isa { best, amx_bf16, avx512_bf16, avx512, avx2, portable, reference };
 
 enum class ErrorCode {

@@ -18,7 +18,8 @@ std::string GemmConfig::describe() const {
   if (plane_mode)
     s += ", tasks of " + std::to_string(planes_per_task) + " planes with tap groups of " +
          std::to_string(dh_group) + " (kd, kh)";
-  if (staged && !plane_mode) s += ", rows staged";
+  if (flat) s += ", flat planes (rows padded to " + std::to_string(halo_lo + halo_hi) + " more pixels)";
+  if (staged && !plane_mode && !flat) s += ", rows staged";
   return s + "; L2 budgets " + std::to_string(weight_budget >> 10) + " KiB filter, " +
          std::to_string(plane_budget >> 10) + " KiB plane";
 }
@@ -101,6 +102,38 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
     c.planes_per_task = tuning.planes_per_task > 0 ? std::min<std::int64_t>(tuning.planes_per_task, planes)
                                                    : std::clamp<std::int64_t>(c.plane_budget / plane_bytes, 1,
                                                                               std::min(planes, for_threads));
+  }
+  // AMX tiles cost the same for 1 to 16 pixels per row tile: when a phase's rows are short, tiles running
+  // over whole planes (rows padded to the dy row width) need fewer of them. Cost per chunk of 32 channels:
+  // a tdpbf16ps per (row tile, vector) and about half that per tile load (a dy tile per row tile, a filter
+  // tile per vector), for 2 vectors.
+  if (c.amx && !c.plane_mode && tuning.plane != 0) {
+    const Axis h_axis(p.y_size[1], p.dy_size[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]);
+    std::int64_t padded_width = c.halo_lo + p.dy_size[2] + c.halo_hi, widest = 0;
+    for (const AxisPhase& pw : w_axis.phases) widest = std::max(widest, pw.count);
+    if (widest > padded_width) {  // every W phase's row must fit in a padded row
+      c.halo_hi += widest - padded_width;
+      padded_width = widest;
+    }
+    const auto row_tiles = [](std::int64_t pixels) {
+      const std::int64_t tiles = ceil_div(pixels, kAmxMaxM), rows = ceil_div(ceil_div(pixels, tiles), 16);
+      return tiles * (4 * rows + rows + 2);  // in half tdpbf16ps
+    };
+    std::int64_t by_rows = 0, flat = 0;
+    for (const AxisPhase& ph : h_axis.phases)
+      for (const AxisPhase& pw : w_axis.phases) {
+        if (ph.count == 0 || pw.count == 0) continue;
+        by_rows += ph.count * row_tiles(pw.count);
+        flat += row_tiles(ph.count * padded_width);
+      }
+    const std::int64_t staging = p.y_size[1] * p.stride[2] * padded_width * block_width * 4;
+    c.flat = tuning.plane == 2 || (flat * 20 < by_rows * 19 && staging <= c.plane_budget);
+    if (c.flat)
+      for (const AxisPhase& ph : h_axis.phases) {
+        if (ph.count == 0 || ph.taps.empty()) continue;
+        c.hhalo_lo = std::max(c.hhalo_lo, -ph.taps.back().off);
+        c.hhalo_hi = std::max(c.hhalo_hi, ph.count - 1 + ph.taps.front().off - (p.dy_size[1] - 1));
+      }
   }
   // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
   // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.

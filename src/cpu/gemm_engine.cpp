@@ -38,7 +38,16 @@ class GemmEngine final : public EngineImpl {
     const Problem& p = p_;
     taps_ = p.kernel[0] * p.kernel[1] * p.kernel[2];
     const std::int64_t cbw_max = static_cast<std::int64_t>(config.nv) * lanes_;
+    // Flat planes: each (H phase, W phase) pair's rows of flat_width_ pixels, one region after another.
+    flat_width_ = config.halo_lo + p.dy_size[2] + config.halo_hi;
+    if (config.flat)
+      for (const AxisPhase& ph : ax_[1].phases)
+        for (const AxisPhase& pw : ax_[2].phases) {
+          flat_regions_.push_back(flat_pixels_);
+          if (pw.count > 0) flat_pixels_ += ph.count * flat_width_;
+        }
     tile_floats_ = config.plane_mode ? config.planes_per_task * p.y_size[1] * p.y_size[2] * cbw_max
+                   : config.flat     ? (flat_pixels_ + p.y_size[2]) * cbw_max
                    : config.staged   ? p.y_size[2] * cbw_max
                                      : std::max(kMaxM, config.amx ? kAmxMaxM : 0) * cbw_max;
     check_memory(request, name(), memory());
@@ -64,9 +73,9 @@ class GemmEngine final : public EngineImpl {
     } else {
       dy_c_ = bf16_ ? 2 : 1;
       dy_w_ = kpad_;
-      dy_origin_ = config.halo_lo * dy_w_;
-      dy_h_ = (config.halo_lo + p.dy_size[2] + config.halo_hi) * dy_w_;
-      dy_d_ = p.dy_size[1] * dy_h_;
+      dy_h_ = flat_width_ * dy_w_;
+      dy_origin_ = config.hhalo_lo * dy_h_ + config.halo_lo * dy_w_;
+      dy_d_ = (config.hhalo_lo + p.dy_size[1] + config.hhalo_hi) * dy_h_;
       dy_g_ = p.dy_size[0] * dy_d_;
       dy_n_ = p.G * dy_g_;
     }
@@ -81,9 +90,11 @@ class GemmEngine final : public EngineImpl {
     for (std::int64_t dh = 0; dh < dh_taps; dh += config.dh_group)
       dh_groups_.push_back({dh, std::min(dh + config.dh_group, dh_taps)});
     tiny_blocks_.assign(static_cast<std::size_t>(p.G) * blocks_.size(), 0);
-    // A task is a group of y planes (plane mode) or one y row, of one channel block.
+    // A task is a group of y planes (plane mode), one y plane (flat) or one y row, of one channel block.
     const std::int64_t planes = p.N * p.y_size[0];
-    tasks_per_block_ = config.plane_mode ? ceil_div(planes, config.planes_per_task) : planes * p.y_size[1];
+    tasks_per_block_ = config.plane_mode ? ceil_div(planes, config.planes_per_task)
+                       : config.flat     ? planes
+                                         : planes * p.y_size[1];
   }
 
   std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
@@ -103,9 +114,15 @@ class GemmEngine final : public EngineImpl {
     for (int a = 0; a < 3; ++a)
       tables = saturating_add(
           tables, saturating_add(saturating_mul(p.stride[a], 64), saturating_mul(p.kernel[a], 24)));
-    const std::int64_t dy_elements =
-        saturating_mul(saturating_mul(p.N * p.G, p.dy_size[0] * p.dy_size[1]),
-                       saturating_mul(config_.halo_lo + p.dy_size[2] + config_.halo_hi, kpad_));
+    // Flat tiles of the last plane read up to a padded row (plus the taps' reach) past its end.
+    const std::int64_t dy_elements = saturating_add(
+        saturating_mul(
+            saturating_mul(p.N * p.G, p.dy_size[0]),
+            saturating_mul(config_.hhalo_lo + p.dy_size[1] + config_.hhalo_hi,
+                           saturating_mul(config_.halo_lo + p.dy_size[2] + config_.halo_hi, kpad_))),
+        config_.flat
+            ? saturating_mul(2 * (config_.halo_lo + p.dy_size[2] + config_.halo_hi) + 2 * kAmxMaxM, kpad_)
+            : 0);
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
     const std::int64_t scratch =
@@ -307,8 +324,14 @@ class GemmEngine final : public EngineImpl {
   // Zeroes the halo pixels (AMX) of the converted dy row whose pixel 0 is at `row`.
   template <class T>
   void zero_halo(T* row) const {
-    std::fill(row - dy_origin_, row, T{0});
+    std::fill(row - config_.halo_lo * dy_w_, row, T{0});
     std::fill(row + p_.dy_size[2] * dy_w_, row + (p_.dy_size[2] + config_.halo_hi) * dy_w_, T{0});
+  }
+  // Zeroes the halo rows (flat planes) of the converted dy plane starting at `plane`.
+  template <class T>
+  void zero_halo_rows(T* plane) const {
+    std::fill(plane, plane + config_.hhalo_lo * dy_h_, T{0});
+    std::fill(plane + (config_.hhalo_lo + p_.dy_size[1]) * dy_h_, plane + dy_d_, T{0});
   }
 
   // dy into the workspace as [n][g][od][oh][ow][kpad] in the compute type, padding channels with zero (and,
@@ -331,6 +354,7 @@ class GemmEngine final : public EngineImpl {
         for (std::int64_t r = begin; r < end; ++r) {
           const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
                              n = r / p_.dy_size[0] / p_.G;
+          zero_halo_rows(out + r * dy_d_);
           for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
             const auto* src =
                 static_cast<const std::uint16_t*>(dy) + n * s[0] + g * p_.Cout_g + od * s[2] + oh * s[3];
@@ -360,6 +384,7 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
                              n = r / p_.dy_size[0] / p_.G;
           bool any = false;
+          zero_halo_rows(out + r * dy_d_);
           for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
             const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
             T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
@@ -388,6 +413,7 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
                              n = r / p_.dy_size[0] / p_.G;
           T* plane = out + r * dy_d_;
+          zero_halo_rows(plane);
           for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
             T* row = plane + oh * dy_h_ + dy_origin_;
             zero_halo(row);
@@ -412,6 +438,10 @@ class GemmEngine final : public EngineImpl {
   // q0, every W phase. Tasks are numbered block by block (group, channel block), then by plane and row, so
   // a block's tasks are consecutive. tiny_dy: dy holds a bf16 value too small for vdpbf16ps.
   void run_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch) const {
+    if (config_.flat) {
+      run_flat_task(t, dy, y, tiny_dy, scratch);
+      return;
+    }
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), gb = t / tasks_per_block_,
                        r = t % tasks_per_block_, g = gb / nb;
     const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
@@ -496,6 +526,99 @@ class GemmEngine final : public EngineImpl {
         for (std::int64_t ih = ih0; ih < ih1; ++ih)
           store_tile(tile + (q - q0) * plane_floats + (ih - ih0) * row_floats, W.in, cbw, valid, q / D.in,
                      g * p_.Cin_g + b.ci0, q % D.in, ih, 0, 1, y);
+  }
+
+  // One flat task: y plane q = t % tasks_per_block_ of one channel block. Each (H phase, W phase) pair's
+  // pixels (jh, jw), jw < flat_width_, form region pixel jh * flat_width_ + jw, which reads dy at that many
+  // converted pixels past the tap's offset: one tap list serves the whole region, and AMX tiles run over it
+  // in steps of up to kAmxMaxM pixels. Blocks that need the exact kernels run them row by row (W borders
+  // by lo/hi) into the same places. Then the region pixels with jw < the phase's count are stored.
+  void run_flat_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch) const {
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), gb = t / tasks_per_block_,
+                       q = t % tasks_per_block_, g = gb / nb;
+    const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
+    const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
+    const bool exact = tiny_blocks_[static_cast<std::size_t>(gb)] || tiny_dy;
+    TapRef* taps = scratch.taps.data();
+    float* staging = static_cast<float*>(align64(scratch.tile.data()));
+    const char* wblock = static_cast<const char*>(wpack_.get()) + (g * group_w_ + b.w_off) * elem_;
+    const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_, steps = kpad_ / 2;
+    const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
+    const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id);
+    const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
+    const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
+    const std::int64_t dh_taps = p_.kernel[0] * p_.kernel[1];
+    std::size_t region = 0;
+    for (const AxisPhase& PH : H.phases)
+      for (const AxisPhase& PW : W.phases) {
+        float* reg = staging + flat_regions_[region++] * cbw;
+        if (PH.count == 0 || PW.count == 0) continue;
+        if (exact) {
+          const TileFn* fns = ks_.bf16_exact[b.nv];
+          const int max_m = config_.max_m[b.nv];
+          const std::int64_t nblk = ceil_div(PW.count, max_m);
+          for (std::int64_t jh = 0; jh < PH.count; ++jh)
+            for (std::int64_t k = 0; k < nblk; ++k) {
+              const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
+              const std::int64_t ntaps =
+                  build_taps(PD, PH, PW, jd, jh, 0, dh_taps, j0, m, false, wblock, tap_bytes, steps, taps);
+              fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + (jh * flat_width_ + j0) * cbw, cbw,
+                              false});
+            }
+          continue;
+        }
+        // Every (kd, kh) inside dy for this plane, every kh (halo rows), the W taps as build_taps orders
+        // them.
+        std::int64_t ntaps = 0;
+        for (const AxisTap& td : PD.taps) {
+          if (!D.valid(td, jd)) continue;
+          for (const AxisTap& th : PH.taps) {
+            const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
+            const std::int64_t off_dh = (jd + td.off) * dy_d_ + th.off * dy_h_;
+            const auto& wt = PW.taps;
+            if (wt.size() > 1 && config_.fuse_w) {
+              taps[ntaps++] = {
+                  off_dh + wt.back().off * dy_w_,
+                  wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes,
+                  static_cast<std::int64_t>(wt.size()) * steps, 0, 0};
+              continue;
+            }
+            for (auto it = wt.rbegin(); it != wt.rend(); ++it)
+              taps[ntaps++] = {off_dh + it->off * dy_w_,
+                               wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(it->k)]) * tap_bytes,
+                               steps, 0, 0};
+          }
+        }
+        const TileFn* fns = amx_kernels().tile[b.nv];
+        const std::int64_t pixels = PH.count * flat_width_,
+                           width = ceil_div(pixels, ceil_div(pixels, kAmxMaxM));
+        for (std::int64_t v0 = 0; v0 < pixels; v0 += width) {
+          const std::int64_t m = std::min(width, pixels - v0);
+          if (v0 > 0)
+            for (std::int64_t i = 0; i < ntaps; ++i) taps[i].dy_off += width * dy_w_;
+          fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + v0 * cbw, cbw, false});
+        }
+      }
+    // Store y row by row; with several W phases, the row is first gathered from their regions.
+    float* row = staging + flat_pixels_ * cbw;
+    const std::int64_t sw = W.stride;
+    for (std::int64_t ih = 0; ih < H.in; ++ih) {
+      const std::int64_t ph = H.phase_of(ih), jh = H.j_of(ih);
+      const auto at = [&](std::int64_t pw) {
+        return staging + (flat_regions_[static_cast<std::size_t>(ph * sw + pw)] + jh * flat_width_) * cbw;
+      };
+      if (sw == 1) {
+        store_tile(at(0), W.in, cbw, valid, n, g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+        continue;
+      }
+      for (std::int64_t pw = 0; pw < sw; ++pw) {
+        const AxisPhase& PW = W.phases[static_cast<std::size_t>(pw)];
+        const float* src = at(pw);
+        for (std::int64_t jw = 0; jw < PW.count; ++jw)
+          std::memcpy(row + (PW.first + sw * jw) * cbw, src + jw * cbw, static_cast<std::size_t>(cbw) * 4);
+      }
+      store_tile(row, W.in, cbw, valid, n, g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+    }
   }
 
   // The taps of the tile of m pixels from j0 of W phase PW in y row (jd of PD, jh of PH), for the (kd, kh)
@@ -584,8 +707,12 @@ class GemmEngine final : public EngineImpl {
   std::int64_t tasks_per_block_ = 0;  // plane groups or rows
   std::int64_t tile_floats_ = 0;      // per-thread output staging: a tile, a y row or a group of y planes
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,
-               dy_w_ = 0;       // compute-type element strides
-  std::int64_t dy_origin_ = 0;  // elements before pixel 0 of a converted dy row (the AMX halo)
+               dy_w_ = 0;  // compute-type element strides
+  // Elements from a converted dy plane's start to its row 0, pixel 0 (the AMX halo rows and pixels).
+  std::int64_t dy_origin_ = 0;
+  std::int64_t flat_width_ = 0;             // pixels per converted dy row (and per flat row)
+  std::vector<std::int64_t> flat_regions_;  // flat planes: first pixel of each (H, W) phase pair's region
+  std::int64_t flat_pixels_ = 0;            // flat planes: pixels of all regions
   std::vector<std::pair<std::int64_t, std::int64_t>>
       dh_groups_;  // [begin, end) of kd * kH + kh per tap group
   Reader dy_reader_, w_reader_;
@@ -603,7 +730,7 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
     // Padding the reduction to 32 channels multiplies the work by kpad / Cout_g; beyond 4x the AVX-512
     // kernels are as fast (unless the caller named amx_bf16). A halo wider than dy itself (y reaching far
     // past dy) would mostly multiply zeros.
-    if (p.Cout_g * 4 < config.kpad && !request.isa_named) {
+    if (p.Cout_g * 4 < config.kpad && !(request.isa_named && request.isa == Isa::amx_bf16)) {
       why_not = "out_backprop has " + std::to_string(p.Cout_g) +
                 " channels per group: AMX tiles reduce over 32 at a time";
       return nullptr;

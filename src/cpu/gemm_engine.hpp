@@ -13,9 +13,10 @@ namespace conv3d_dx::cpu {
 
 // Blocking overrides for tests and tuning; 0 keeps the engine's choice.
 struct GemmTuning {
-  int nv = 0;               // vectors of input channels per block
-  int max_m = 0;            // largest tile width in pixels
-  int plane = -1;           // 1: a task is a whole y plane, taps in groups of (kd, kh); 0: a task is one row
+  int nv = 0;     // vectors of input channels per block
+  int max_m = 0;  // largest tile width in pixels
+  // 1: a task is a whole y plane, taps in groups of (kd, kh); 0: a task is one row; 2: flat planes (AMX)
+  int plane = -1;
   int dh_group = 0;         // (kd, kh) pairs per tap group in plane mode
   bool fuse_w = true;       // fuse the W taps of a phase into one reduction where dy allows
   int planes_per_task = 0;  // in plane mode
@@ -34,6 +35,12 @@ struct GemmConfig {
   std::int64_t kpad = 0;  // reduction channels per tap: Cout_g, padded to even for pairs, to 32 for AMX
   // AMX: zero dy pixels before and after each converted dy row, so every W tap covers all pixels of a tile.
   std::int64_t halo_lo = 0, halo_hi = 0;
+  // AMX, flat planes: a task is one y plane of a channel block and AMX tiles run over each (H phase, W
+  // phase) pair's pixels row after row, each row padded to the converted dy row's width (halo_lo + Wo +
+  // halo_hi pixels; the padding pixels are computed and dropped), so short rows still fill the 16-row tiles.
+  // dy planes get zero rows above and below (hhalo_lo, hhalo_hi) so every H tap covers every row too.
+  bool flat = false;
+  std::int64_t hhalo_lo = 0, hhalo_hi = 0;
   int lanes = 16;              // fp32 lanes per vector
   int nv = 1;                  // vectors of input channels per channel block (the last block may be narrower)
   int max_m[kMaxNv + 1] = {};  // widest tile, in pixels, per block width

@@ -36,7 +36,9 @@ std::string fast_engine_refusal(Isa isa, const EngineRequest& request, bool bf16
                 p.input_rounding != InputRounding::fp16))
     return std::string("inputs not exact in bf16 (dy ") + to_string(p.dy_dtype) + ", filter " +
            to_string(p.filter_dtype) + (p.input_rounding == InputRounding::fp16 ? ", fp16 rounding)" : ")");
-  if (isa == Isa::avx512_bf16 && !request.cpu.bf16_dot_pays() && !request.isa_named)
+  // Naming avx512_bf16 forces vdpbf16ps; naming amx_bf16 (or detecting it) does not.
+  if (isa == Isa::avx512_bf16 && !request.cpu.bf16_dot_pays() &&
+      !(request.isa_named && request.isa == Isa::avx512_bf16))
     return "vdpbf16ps does " + std::to_string(request.cpu.bf16_dot_rate).substr(0, 4) +
            "x the flops of fp32 FMA on " + to_string(request.cpu.uarch) +
            ": bf16 is widened to fp32 (--isa avx512_bf16 forces vdpbf16ps)";
