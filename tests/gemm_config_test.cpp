@@ -54,6 +54,36 @@ TEST_F(GemmConfigTest, LargeFiltersGetPlaneTasksSizedByTheL2) {
   EXPECT_EQ(rows.nv, 1);  // no wider than the channels
 }
 
+// AMX (decided without running it): the reduction padded to 32 channels, blocks of two vectors, dy always
+// converted with zero pixels beside its rows as far as the taps reach, and flat planes where rows are short
+// (suite shape e's 6 pixels) but not where they fill the 16-row tiles (32 pixels).
+TEST_F(GemmConfigTest, AmxPadsTheReductionAndFlattensShortRows) {
+  Case c = with_dtype(Case{}, DType::bf16);
+  c.Cin = 384;
+  c.Cout = 40;
+  c.in = {3, 6, 6};
+  c.pad_front = c.pad_back = {1, 1, 1};
+  const auto short_rows = cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2);
+  EXPECT_TRUE(short_rows.amx && short_rows.bf16);
+  EXPECT_EQ(short_rows.kpad, 64);
+  EXPECT_EQ(short_rows.nv, 2);
+  EXPECT_FALSE(short_rows.direct_dy);
+  // Kernel 3, pad 1: y pixel j reads dy pixels j - 1 to j + 1.
+  EXPECT_EQ(short_rows.halo_lo, 1);
+  EXPECT_EQ(short_rows.halo_hi, 1);
+  EXPECT_TRUE(short_rows.flat) << short_rows.describe();
+  EXPECT_EQ(short_rows.hhalo_lo, 1);
+  EXPECT_EQ(short_rows.hhalo_hi, 1);
+  // Forced either way by the tuning.
+  EXPECT_FALSE(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2, {0, 0, 0}).flat);
+
+  c.in = {3, 6, 32};
+  const auto full_rows = cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2);
+  EXPECT_FALSE(full_rows.flat) << full_rows.describe();
+  EXPECT_EQ(full_rows.hhalo_lo, 0);
+  EXPECT_TRUE(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2, {0, 0, 2}).flat);
+}
+
 TEST_F(GemmConfigTest, DyInPlaceOnlyInTheComputeType) {
   Case c;
   c.Cin = c.Cout = 32;

@@ -2,12 +2,12 @@
 // is refused by validate(spec), conv3d_backprop_input, Plan::execute and Plan::execute_packed on every
 // engine, with an Error naming y, the other tensor and both byte ranges, and nothing is written. Tensors
 // that only touch are fine, and so is y over a filter that execute_packed no longer reads.
-#include "common/engine.hpp"
 #include "problem/overlap.hpp"
 
 #include <algorithm>
 #include <cstring>
 
+#include "common/engine.hpp"
 #include "support/testing.hpp"
 
 namespace conv3d_dx::testing {

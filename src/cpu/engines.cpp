@@ -15,16 +15,18 @@ std::unique_ptr<EngineImpl> with_isa(const EngineRequest& request, std::string& 
 
 }  // namespace
 
-// In order of preference: few input channels per group first (pixel-vectorised), pointwise problems on
-// channel-first tensors, then the implicit GEMM per ISA. Each fast engine declines (and says why) when its
+// In order of preference: the implicit GEMM on AMX tiles (bf16-exact inputs with enough channels; on the
+// Xeon measured it beat the pixel engine on 3 input channels and the pointwise one on NCDHW 1x1x1, 1.4x and
+// 1.9x), few input channels per group (pixel-vectorised), pointwise problems on channel-first tensors, then
+// the implicit GEMM per ISA. Each fast engine declines (and says why) when its
 // ISA is above the request or missing on this CPU. `direct` is the portable fallback and never declines.
 const std::vector<EngineFactory>& cpu_engines() {
   static const std::vector<EngineFactory> engines = {
+      {"gemm_amx_bf16", &cpu::make_gemm_amx_bf16},
       {"pixel_avx512_bf16", &with_isa<cpu::make_pixel, Isa::avx512_bf16>},
       {"pixel_avx512", &with_isa<cpu::make_pixel, Isa::avx512>},
       {"pointwise_avx512_bf16", &with_isa<cpu::make_pointwise, Isa::avx512_bf16>},
       {"pointwise_avx512", &with_isa<cpu::make_pointwise, Isa::avx512>},
-      {"gemm_amx_bf16", &cpu::make_gemm_amx_bf16},
       {"gemm_avx512_bf16", &cpu::make_gemm_avx512_bf16},
       {"gemm_avx512", &cpu::make_gemm_avx512},
       {"gemm_avx2", &cpu::make_gemm_avx2},

@@ -735,6 +735,11 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
                 " channels per group: AMX tiles reduce over 32 at a time";
       return nullptr;
     }
+    if (p.Cin_g < 3 && !(request.isa_named && request.isa == Isa::amx_bf16)) {
+      why_not = "y has " + std::to_string(p.Cin_g) +
+                " channels per group: AMX tiles compute 16 at a time (the pixel engine is faster)";
+      return nullptr;
+    }
     if (config.halo_lo + config.halo_hi > p.dy_size[2] + 2 * p.kernel[2] * p.dilation[2]) {
       why_not = "y rows reach far beyond out_backprop's: AMX tiles would mostly read zero pixels";
       return nullptr;
