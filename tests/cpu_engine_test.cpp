@@ -81,16 +81,18 @@ class CpuIsa : public ::testing::TestWithParam<Isa> {
   void check(const Case& c, std::mt19937_64& rng, Fill fill, const cpu::GemmTuning& tuning = {}) {
     Instance inst = instantiate(c, rng, fill);
     const Problem p = validate(inst.spec);
-    if (!takes(GetParam(), p)) {
-      ++declined_;
-      return;
-    }
-    ++ran_;
+    if (!admit(p)) return;
     run_gemm(p, inst, GetParam(), tuning);
     ASSERT_TRUE(matches_reference(p, inst)) << c.name();
     if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
       ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
     }
+  }
+  // Whether the engine takes the problem's inputs, counting the cases run and declined.
+  bool admit(const Problem& p) {
+    const bool taken = takes(GetParam(), p);
+    ++(taken ? ran_ : declined_);
+    return taken;
   }
   // The bf16 engine declines `bf16_declines` of the test's cases (those with fp32 or fp16 inputs); the
   // others decline none.
@@ -177,11 +179,7 @@ TEST_P(CpuIsa, MixedInputDtypes) {
     inst.filter = make_tensor(w_t, c.filter_format, {c.Cout, c.Cin, 3, 3, 3}, true, false);
     fill(inst.filter, rng, Fill::random);
     p.filter_dtype = w_t;
-    if (!takes(GetParam(), p)) {
-      ++declined_;
-      continue;
-    }
-    ++ran_;
+    if (!admit(p)) continue;
     run_gemm(p, inst, GetParam());
     EXPECT_TRUE(matches_reference(p, inst)) << to_string(dy_t) << " dy, " << to_string(w_t) << " filter";
   }
@@ -203,11 +201,7 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
       c.pad_back = {1, 0, 1};
       Instance inst = instantiate(c, rng, Fill::random);
       const Problem p = validate(inst.spec);
-      if (!takes(GetParam(), p)) {
-        ++declined_;
-        continue;
-      }
-      ++ran_;
+      if (!admit(p)) continue;
       run_gemm(p, inst, GetParam(), {}, 1);
       Tensor first = inst.y;
       for (int threads : {2, 2}) {
@@ -237,11 +231,7 @@ TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
       c.pad_back = {0, 1, 1};
       Instance inst = instantiate(c, rng, Fill::random);
       const Problem p = validate(inst.spec);
-      if (!takes(GetParam(), p)) {
-        ++declined_;
-        continue;
-      }
-      ++ran_;
+      if (!admit(p)) continue;
       run_gemm(p, inst, GetParam());
       ASSERT_TRUE(matches_reference(p, inst)) << c.name();
       Tensor first = inst.y;
@@ -282,11 +272,7 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
         c.pad_back = {2, 1, 0};
         Instance inst = instantiate(c, rng, Fill::random);
         const Problem p = validate(inst.spec);
-        if (!takes(GetParam(), p)) {
-          ++declined_;
-          continue;
-        }
-        ++ran_;
+        if (!admit(p)) continue;
         run_gemm(p, inst, GetParam(), {0, 0, 0, 0});
         ASSERT_TRUE(matches_reference(p, inst)) << c.name();
         Tensor rows = inst.y;
