@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "common/engine.hpp"
 #include "cpu/gemm_engine.hpp"
@@ -920,6 +921,62 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
           }
       }
   }
+}
+
+// The vector 8-bit encoders against numeric's scalar ones: every bf16-like pattern (the top 16 bits) with low
+// halves at and around the half-way points, where ties-away (HiFloat8) and ties-to-even (FP8) differ; both
+// overflow modes; lengths that end inside a vector. And the table widening of 8-bit codes on every code.
+TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
+  std::vector<float> values;
+  for (std::uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (std::uint32_t lo : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu})
+      values.push_back(std::bit_cast<float>(hi << 16 | lo));
+  std::mt19937_64 rng(108);
+  std::uniform_int_distribution<std::uint32_t> any;
+  for (int i = 0; i < 50000; ++i) values.push_back(std::bit_cast<float>(any(rng)));
+  const std::int64_t n = static_cast<std::int64_t>(values.size());
+  using Encode = void (*)(const float*, std::uint8_t*, std::int64_t, bool);
+  using Scalar = std::uint8_t (*)(float, bool);
+  int sets_checked = 0;
+  for (Isa isa : {Isa::avx512, Isa::avx2}) {
+    if (!cpu_supports(isa)) continue;
+    const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
+    const std::pair<Encode, Scalar> encoders[] = {{ks.to_hif8, numeric::f32_to_hif8},
+                                                  {ks.to_fp8_e4m3fn, numeric::f32_to_fp8_e4m3fn}};
+    for (const auto& [vector, scalar] : encoders) {
+      if (vector == nullptr) continue;
+      ++sets_checked;
+      for (bool saturate : {false, true})
+        for (std::int64_t len : {n, std::int64_t{1}, std::int64_t{15}, std::int64_t{16}, std::int64_t{17}}) {
+          std::vector<std::uint8_t> codes(static_cast<std::size_t>(len + 5), 0xAA);
+          vector(values.data(), codes.data(), len, saturate);
+          for (std::int64_t i = 0; i < len + 5; ++i) {
+            const std::size_t k = static_cast<std::size_t>(i);
+            if (i >= len) {
+              ASSERT_EQ(codes[k], 0xAA) << "written past " << len;
+              continue;
+            }
+            ASSERT_EQ(codes[k], scalar(values[k], saturate))
+                << std::hex << std::bit_cast<std::uint32_t>(values[k]) << " saturate " << saturate;
+          }
+        }
+    }
+    if (ks.widen8 == nullptr) continue;
+    ++sets_checked;
+    std::vector<std::uint16_t> lut(256);
+    for (std::size_t c = 0; c < lut.size(); ++c) lut[c] = static_cast<std::uint16_t>(any(rng));
+    std::vector<std::uint8_t> src(600);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i < 256 ? i : any(rng));
+    for (std::int64_t len : {1, 15, 31, 32, 33, 65, 256, 600}) {
+      std::vector<std::uint16_t> out(static_cast<std::size_t>(len + 3), 0xAAAA);
+      ks.widen8(src.data(), lut.data(), out.data(), len);
+      for (std::int64_t i = 0; i < len + 3; ++i) {
+        const std::size_t k = static_cast<std::size_t>(i);
+        ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << len << " at " << i;
+      }
+    }
+  }
+  if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has vector 8-bit kernels";
 }
 
 // The phase decomposition reaches exactly the (kernel index, dy index) pairs of the definition.

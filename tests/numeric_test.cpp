@@ -297,6 +297,28 @@ TEST(Numeric, Bf16EncodingMatchesTheModel) { check_against_model(bf16_format());
 TEST(Numeric, HiFloat8EncodingMatchesTheModel) { check_against_model(hif8_format()); }
 TEST(Numeric, Fp8E4m3fnEncodingMatchesTheModel) { check_against_model(fp8_format()); }
 
+// The table encoders give the scalar encoders' codes: for every top-16-bit key with low bits 0, 1, 0x7FFF,
+// 0x8000 and 0xFFFF (a rounding boundary strictly inside a key's range would make 1 and 0xFFFF differ from
+// one code, so these cover every boundary), and for 10^6 random fp32 bit patterns, in both overflow modes.
+TEST(Numeric, Encoder8TablesMatchTheScalarEncoders) {
+  std::mt19937_64 rng(17);
+  for (DType dtype : {DType::hif8, DType::fp8_e4m3fn})
+    for (bool saturate : {false, true}) {
+      const auto scalar = dtype == DType::hif8 ? &f32_to_hif8 : &f32_to_fp8_e4m3fn;
+      const Encoder8& table = encoder8(dtype, saturate);
+      std::int64_t bad = 0;
+      const auto check = [&](std::uint32_t u) {
+        const float v = std::bit_cast<float>(u);
+        if (table(v) != scalar(v, saturate) && bad++ < 5)
+          ADD_FAILURE() << to_string(dtype) << (saturate ? " saturate" : "") << ": 0x" << std::hex << u;
+      };
+      for (std::uint32_t key = 0; key < (1u << 16); ++key)
+        for (std::uint32_t low : {0u, 1u, 0x7FFFu, 0x8000u, 0xFFFFu}) check((key << 16) | low);
+      for (int i = 0; i < 1000000; ++i) check(static_cast<std::uint32_t>(rng()));
+      EXPECT_EQ(bad, 0) << to_string(dtype);
+    }
+}
+
 TEST(Numeric, NanEncodesPerFormatAndMode) {
   for (std::uint32_t u : {0x7FC00000u, 0x7F800001u, 0x7FFFFFFFu, 0x7FA5A5A5u}) {
     for (std::uint32_t sign : {0u, 0x80000000u}) {

@@ -1,6 +1,7 @@
 #include "cpu/gemm_engine.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +61,14 @@ class GemmEngine final : public EngineImpl {
       ci0 += nv * lanes_;
     }
     group_w_ = w_off;
+    for (int code = 0; code < 256; ++code) {
+      const auto byte = static_cast<std::uint8_t>(code);
+      const auto bf16_of = [&](DType t) {
+        return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(numeric::load_f32(t, &byte, 0)) >> 16);
+      };
+      if (numeric::is_8bit(p.filter_dtype)) w_lut8_[code] = bf16_of(p.filter_dtype);
+      if (numeric::is_8bit(p.dy_dtype)) dy_lut8_[code] = bf16_of(p.dy_dtype);
+    }
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * group_w_ * elem_), "the packed filter");
     for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
       for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
@@ -192,10 +201,18 @@ class GemmEngine final : public EngineImpl {
   void pack_group_block(const void* filter, std::int64_t gb) {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
-    if (bf16_ && p_.filter_dtype == DType::bf16 && ks_.interleave_bf16 && ks_.any_nonfinite_bf16) {
-      tiny_blocks_[static_cast<std::size_t>(gb)] = pack_bf16_block(
-          static_cast<const std::uint16_t*>(filter), gb / nb, b, static_cast<std::uint16_t*>(wpack_.get()));
-      return;
+    if (bf16_ && ks_.interleave_bf16 && ks_.any_nonfinite_bf16) {
+      auto* wpack = static_cast<std::uint16_t*>(wpack_.get());
+      if (p_.filter_dtype == DType::bf16) {
+        tiny_blocks_[static_cast<std::size_t>(gb)] =
+            pack_bf16_block(static_cast<const std::uint16_t*>(filter), gb / nb, b, wpack);
+        return;
+      }
+      if (numeric::is_8bit(p_.filter_dtype) && ks_.widen8 != nullptr) {
+        tiny_blocks_[static_cast<std::size_t>(gb)] =
+            pack_bf16_block(static_cast<const std::uint8_t*>(filter), gb / nb, b, wpack);
+        return;
+      }
     }
     w_reader_.visit(filter, [&](auto get) {
       tiny_blocks_[static_cast<std::size_t>(gb)] =
@@ -246,12 +263,13 @@ class GemmEngine final : public EngineImpl {
     return tiny || (config_.amx && nonfinite);
   }
 
-  // pack_block for a bf16 filter, moving bits with vector kernels: channel pairs interleaved straight from
-  // the filter when its input channels are contiguous; otherwise, for an NCDHW filter (taps dense, input
-  // channels T taps apart), each pair of output channels is interleaved into [ci][tap] units, transposed to
-  // [tap][ci] and copied to the taps' packed places. Same layout and result as pack_block.
-  bool pack_bf16_block(const std::uint16_t* filter, std::int64_t g, const Block& b,
-                       std::uint16_t* wpack) const {
+  // pack_block for a bf16 or 8-bit filter, moving bits with vector kernels: channel pairs interleaved
+  // straight from the filter when its input channels are contiguous; otherwise, for an NCDHW filter (taps
+  // dense, input channels T taps apart), each pair of output channels is interleaved into [ci][tap] units,
+  // transposed to [tap][ci] and copied to the taps' packed places. 8-bit codes are first widened to bf16 by
+  // table (exact), run by run. Same layout and result as pack_block.
+  template <class Src>
+  bool pack_bf16_block(const Src* filter, std::int64_t g, const Block& b, std::uint16_t* wpack) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
     std::uint16_t* dst = wpack + g * group_w_ + b.w_off;
@@ -262,29 +280,53 @@ class GemmEngine final : public EngineImpl {
       units.resize(static_cast<std::size_t>(valid * taps_));
       transposed.resize(static_cast<std::size_t>(taps_ * cbw));
     }
+    // n elements from p as bf16: in place for a bf16 filter, widened into `buf` for an 8-bit one.
+    std::vector<std::uint16_t> wide0, wide1;
+    if constexpr (!std::is_same_v<Src, std::uint16_t>) {
+      wide0.resize(static_cast<std::size_t>(ncdhw ? valid * taps_ : valid));
+      wide1.resize(wide0.size());
+    }
+    const auto as_bf16 = [&](const Src* p, std::int64_t n, std::vector<std::uint16_t>& buf) {
+      if constexpr (std::is_same_v<Src, std::uint16_t>) {
+        return p;
+      } else {
+        if (p == nullptr) return static_cast<const std::uint16_t*>(nullptr);
+        ks_.widen8(p, w_lut8_, buf.data(), n);
+        return static_cast<const std::uint16_t*>(buf.data());
+      }
+    };
     bool special = false;
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
-      const std::uint16_t* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
-      const std::uint16_t* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
+      const Src* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
+      const Src* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
       std::uint16_t* dst_co = dst + co * cbw;  // pair co / 2: cbw units of two bf16
       if (s[1] == 1) {
-        for (std::int64_t t = 0; t < taps_; ++t)
-          ks_.interleave_bf16(src0 + tap_src_[static_cast<std::size_t>(t)],
-                              src1 ? src1 + tap_src_[static_cast<std::size_t>(t)] : nullptr,
+        for (std::int64_t t = 0; t < taps_; ++t) {
+          const std::int64_t at = tap_src_[static_cast<std::size_t>(t)];
+          ks_.interleave_bf16(as_bf16(src0 + at, valid, wide0),
+                              as_bf16(src1 ? src1 + at : nullptr, valid, wide1),
                               dst_co + tap_pos(t) * tap_step, valid);
+        }
       } else if (ncdhw) {
-        ks_.interleave_bf16(src0, src1, reinterpret_cast<std::uint16_t*>(units.data()), valid * taps_);
+        ks_.interleave_bf16(as_bf16(src0, valid * taps_, wide0), as_bf16(src1, valid * taps_, wide1),
+                            reinterpret_cast<std::uint16_t*>(units.data()), valid * taps_);
         ks_.store_transposed(units.data(), false, taps_, valid, taps_, transposed.data(), false, cbw, false);
         for (std::int64_t t = 0; t < taps_; ++t)
           std::memcpy(dst_co + tap_pos(t) * tap_step, transposed.data() + t * cbw,
                       static_cast<std::size_t>(valid) * 4);
       } else {
+        const auto bits = [&](Src v) -> std::uint16_t {
+          if constexpr (std::is_same_v<Src, std::uint16_t>)
+            return v;
+          else
+            return w_lut8_[v];
+        };
         for (std::int64_t t = 0; t < taps_; ++t) {
           std::uint16_t* out = dst_co + tap_pos(t) * tap_step;
-          const std::uint16_t* at0 = src0 + tap_src_[static_cast<std::size_t>(t)];
+          const Src* at0 = src0 + tap_src_[static_cast<std::size_t>(t)];
           for (std::int64_t c = 0; c < valid; ++c) {
-            out[2 * c] = at0[c * s[1]];
-            out[2 * c + 1] = src1 ? at0[s[0] + c * s[1]] : 0;
+            out[2 * c] = bits(at0[c * s[1]]);
+            out[2 * c + 1] = src1 ? bits(at0[s[0] + c * s[1]]) : 0;
           }
         }
       }
@@ -347,8 +389,10 @@ class GemmEngine final : public EngineImpl {
         if (scan) tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
     };
     const auto any_tiny = [&] { return std::find(tiny.begin(), tiny.end(), 1) != tiny.end(); };
-    // bf16 dy with contiguous channels into bf16 pairs: one copy per pixel, padding channels zeroed.
-    if (std::is_same_v<T, std::uint16_t> && p_.dy_dtype == DType::bf16 && s[1] == 1 &&
+    // bf16 or 8-bit dy with contiguous channels into bf16 pairs: one copy (or table lookup) per pixel,
+    // padding channels zeroed.
+    const bool dy_8bit = numeric::is_8bit(p_.dy_dtype) && ks_.widen8 != nullptr;
+    if (std::is_same_v<T, std::uint16_t> && (p_.dy_dtype == DType::bf16 || dy_8bit) && s[1] == 1 &&
         p_.input_rounding != InputRounding::fp16) {
       parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
@@ -356,12 +400,19 @@ class GemmEngine final : public EngineImpl {
                              n = r / p_.dy_size[0] / p_.G;
           zero_halo_rows(out + r * dy_d_);
           for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
-            const auto* src =
-                static_cast<const std::uint16_t*>(dy) + n * s[0] + g * p_.Cout_g + od * s[2] + oh * s[3];
+            const std::int64_t at = n * s[0] + g * p_.Cout_g + od * s[2] + oh * s[3];
             T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
             for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
-              std::memcpy(row + ow * kpad_, src + ow * s[4], static_cast<std::size_t>(p_.Cout_g) * 2);
-              std::fill(row + ow * kpad_ + p_.Cout_g, row + (ow + 1) * kpad_, T{0});
+              T* pixel = row + ow * kpad_;
+              if (dy_8bit) {
+                if constexpr (std::is_same_v<T, std::uint16_t>)
+                  ks_.widen8(static_cast<const std::uint8_t*>(dy) + at + ow * s[4], dy_lut8_, pixel,
+                             p_.Cout_g);
+              } else {
+                std::memcpy(pixel, static_cast<const std::uint16_t*>(dy) + at + ow * s[4],
+                            static_cast<std::size_t>(p_.Cout_g) * 2);
+              }
+              std::fill(pixel + p_.Cout_g, pixel + kpad_, T{0});
             }
             zero_halo(row);
           }
@@ -716,6 +767,7 @@ class GemmEngine final : public EngineImpl {
   std::vector<std::pair<std::int64_t, std::int64_t>>
       dh_groups_;  // [begin, end) of kd * kH + kh per tap group
   Reader dy_reader_, w_reader_;
+  std::uint16_t w_lut8_[256] = {}, dy_lut8_[256] = {};  // an 8-bit filter's or dy's codes as bf16 (exact)
 };
 
 }  // namespace

@@ -102,6 +102,14 @@ struct KernelSet {
   void (*to_fp16)(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) = nullptr;
   // fp32 -> bf16 (round to nearest even; saturate clamps overflow and inf to the largest finite), n values.
   void (*to_bf16)(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) = nullptr;
+  // fp32 -> HiFloat8 and FP8 E4M3FN, the codes of numeric's f32_to_hif8 and f32_to_fp8_e4m3fn, n values.
+  // Null where the ISA has none.
+  void (*to_hif8)(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) = nullptr;
+  void (*to_fp8_e4m3fn)(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) = nullptr;
+  // dst[i] = lut[src[i]] for i < n: 8-bit codes widened through a table of 256 16-bit values. Null where the
+  // ISA has none.
+  void (*widen8)(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst,
+                 std::int64_t n) = nullptr;
 };
 
 // AMX tiles (kernels_amx.cpp): M <= kAmxMaxM pixels x NV <= 2 vectors of 16 input channels over bf16

@@ -150,6 +150,11 @@ CONV3D_DX_INLINE __m256i bf16_round(__m512 v, bool saturate) {
   return _mm512_maskz_cvtepi32_epi16(0xFFFF, r);
 }
 
+// The lanes of a vector of 16 that hold elements when `left` remain.
+CONV3D_DX_INLINE __mmask16 tail16(std::int64_t left) {
+  return static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
+}
+
 CONV3D_DX_INLINE bool has_nan(__m512 v, __mmask16 m) {
   return _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q) != 0;
 }
@@ -166,7 +171,7 @@ void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
     }
   }
   for (; i < n; i += 16) {
-    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+    const __mmask16 m = tail16(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
     if (has_nan(v, m)) {
       for (std::int64_t k = i; k < std::min<std::int64_t>(n, i + 16); ++k)
@@ -204,7 +209,7 @@ void store_rows_bf16(const float* a, std::int64_t a_rs, std::int64_t nr, std::in
 void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
   const __m512 max = _mm512_set1_ps(65504.0f);
   for (std::int64_t i = 0; i < n; i += 16) {
-    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+    const __mmask16 m = tail16(n - i);
     __m512 v = _mm512_maskz_loadu_ps(m, src + i);
     if (has_nan(v, m)) {
       for (std::int64_t k = i; k < std::min<std::int64_t>(n, i + 16); ++k)
@@ -217,6 +222,120 @@ void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
                               _mm512_sub_ps(_mm512_setzero_ps(), max));
     const __m256i h = _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_mask_storeu_epi16(dst + i, m, h);
+  }
+}
+
+// GCC 12 reports the undefined pass-through inside plain (unmasked) intrinsics as maybe-uninitialized once
+// they are inlined into a loop; every lane of every result below is defined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// bit_width(v) of 16 lanes 0 <= v < 2^24: the exponent of v as a float, plus one (0 for v = 0).
+CONV3D_DX_INLINE __m512i bit_width(__m512i v) {
+  const __m512i f = _mm512_castps_si512(_mm512_cvtepi32_ps(v));
+  return _mm512_maskz_sub_epi32(_mm512_test_epi32_mask(v, v), _mm512_srli_epi32(f, 23),
+                                _mm512_set1_epi32(126));
+}
+
+// f32_to_hif8 on 16 lanes, step for step (numeric/hifloat8.cpp): round half away on the bits below the
+// spacing of the value's exponent range, then assemble prefix, exponent field and mantissa.
+CONV3D_DX_INLINE __m512i hif8_codes(__m512 v, bool saturate) {
+  const __m512i u = _mm512_castps_si512(v), zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+  const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
+  const __m512i bias = _mm512_set1_epi32(127);
+  // Mantissa bits of a range with n exponent bits: 3, 3, 3, 2, 1, then 0 (the denormal powers of two).
+  const auto mbits_of = [&](__m512i n) {
+    return _mm512_max_epi32(
+        zero, _mm512_min_epi32(_mm512_set1_epi32(3), _mm512_sub_epi32(_mm512_set1_epi32(5), n)));
+  };
+  const __m512i e0 = _mm512_sub_epi32(_mm512_srli_epi32(a, 23), bias);
+  const __m512i drop = _mm512_sub_epi32(_mm512_set1_epi32(23), mbits_of(bit_width(_mm512_abs_epi32(e0))));
+  const __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(drop, one));
+  const __m512i r =
+      _mm512_andnot_si512(_mm512_sub_epi32(_mm512_sllv_epi32(one, drop), one), _mm512_add_epi32(a, half));
+  const __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(r, 23), bias), e_abs = _mm512_abs_epi32(e);
+  const __m512i n = bit_width(e_abs), mbits = mbits_of(n);
+  const __m512i mantissa =
+      _mm512_and_si512(_mm512_srlv_epi32(r, _mm512_sub_epi32(_mm512_set1_epi32(23), mbits)),
+                       _mm512_sub_epi32(_mm512_sllv_epi32(one, mbits), one));
+  const __m512i lead = _mm512_sllv_epi32(one, _mm512_sub_epi32(n, one));  // 0 for n = 0 (shift beyond 31)
+  const __m512i field = _mm512_or_si512(_mm512_maskz_mov_epi32(_mm512_cmplt_epi32_mask(e, zero), lead),
+                                        _mm512_sub_epi32(e_abs, lead));
+  const __m512i prefix = _mm512_permutexvar_epi32(
+      n, _mm512_setr_epi32(0x08, 0x10, 0x20, 0x40, 0x60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
+  __m512i code = _mm512_or_si512(_mm512_or_si512(sign, prefix),
+                                 _mm512_or_si512(_mm512_sllv_epi32(field, mbits), mantissa));
+  const auto below = [&](std::uint32_t bound) {
+    return _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(bound)));
+  };
+  // Denormals 2^(k-23): code k, for k = e + 23 below 2^-15; [2^-23, 2^-22) ties away to k = 1; below, +0.
+  code = _mm512_mask_mov_epi32(code, _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(-15)),
+                               _mm512_or_si512(sign, _mm512_add_epi32(e, _mm512_set1_epi32(23))));
+  code = _mm512_mask_mov_epi32(code, below(0x34800000u), _mm512_or_si512(sign, one));
+  code = _mm512_mask_mov_epi32(code, below(0x34000000u), zero);
+  // From 40960 (ties away past 32768) and infinities: inf or the largest finite; NaN: NaN or +0.
+  code = _mm512_mask_mov_epi32(code, _mm512_knot(below(0x47200000u)),
+                               _mm512_or_si512(sign, _mm512_set1_epi32(saturate ? 0x6E : 0x6F)));
+  return _mm512_mask_mov_epi32(code, _mm512_knot(below(0x7F800001u)),
+                               _mm512_set1_epi32(saturate ? 0x00 : 0x80));
+}
+
+// f32_to_fp8_e4m3fn on 16 lanes: normals round to nearest even on bit 20 and are rebiased; subnormals
+// (below 2^-6) are counted in units of 2^-9, rounded to nearest even (8 units is the smallest normal's code).
+CONV3D_DX_INLINE __m512i fp8_e4m3fn_codes(__m512 v, bool saturate) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
+  const __m512i normal = _mm512_sub_epi32(
+      _mm512_srli_epi32(_mm512_add_epi32(a, _mm512_add_epi32(_mm512_set1_epi32(0x7FFFF), lsb)), 20),
+      _mm512_set1_epi32(120 << 3));
+  const __m512i units =
+      _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.0f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const auto above = [&](std::uint32_t bound) {
+    return _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(bound)));
+  };
+  __m512i code =
+      _mm512_or_si512(sign, _mm512_mask_blend_epi32(_mm512_knot(above(0x3C7FFFFFu)), normal, units));
+  // Above 464 (ties to even 448 below it): NaN or the largest finite; NaN: NaN or +0.
+  code = _mm512_mask_mov_epi32(code, above(0x43E80000u),
+                               _mm512_or_si512(sign, _mm512_set1_epi32(saturate ? 0x7E : 0x7F)));
+  return _mm512_mask_mov_epi32(
+      code, above(0x7F800000u),
+      saturate ? _mm512_setzero_si512() : _mm512_or_si512(sign, _mm512_set1_epi32(0x7F)));
+}
+
+template <__m512i (*Codes)(__m512, bool)>
+void to_8bit(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail16(n - i);
+    _mm512_mask_cvtepi32_storeu_epi8(dst + i, m, Codes(_mm512_maskz_loadu_ps(m, src + i), saturate));
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// 32 codes at a time: four two-register word permutes cover the 256 table entries by the low 6 bits of the
+// code; bits 6 and 7 pick among them.
+void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst, std::int64_t n) {
+  __m512i t[8];
+  for (int k = 0; k < 8; ++k) t[k] = _mm512_loadu_si512(lut + 32 * k);
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const auto m = static_cast<__mmask32>(n - i >= 32 ? 0xFFFFFFFFu : (1u << (n - i)) - 1u);
+    const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + i));
+    const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
+    const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x80));
+    const __m512i lo = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[0], idx, t[1]),
+                                               _mm512_permutex2var_epi16(t[2], idx, t[3]));
+    const __m512i hi = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[4], idx, t[5]),
+                                               _mm512_permutex2var_epi16(t[6], idx, t[7]));
+    _mm512_mask_storeu_epi16(dst + i, m, _mm512_mask_blend_epi16(b7, lo, hi));
   }
 }
 
@@ -249,10 +368,10 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
                       void* y, bool y_bf16, std::int64_t y_cs, bool saturate) {
   for (std::int64_t r0 = 0; r0 < nr; r0 += 16) {
     const std::int64_t rn = std::min<std::int64_t>(16, nr - r0);
-    const auto rmask = static_cast<__mmask16>(rn == 16 ? 0xFFFFu : (1u << rn) - 1u);
+    const __mmask16 rmask = tail16(rn);
     for (std::int64_t c0 = 0; c0 < nc; c0 += 16) {
       const std::int64_t cn = std::min<std::int64_t>(16, nc - c0);
-      const auto cmask = static_cast<__mmask16>(cn == 16 ? 0xFFFFu : (1u << cn) - 1u);
+      const __mmask16 cmask = tail16(cn);
       __m512 t[16];
       static_for<0, 16>([&](auto i) __attribute__((always_inline)) {
         const std::int64_t at = (r0 + i) * a_rs + c0;
@@ -296,10 +415,10 @@ bool transpose_bf16_pairs(const std::uint16_t* a, std::int64_t a_rs, std::int64_
   __mmask16 any = 0;
   for (std::int64_t r0 = 0; r0 < nr; r0 += 32) {
     const std::int64_t pairs = std::min<std::int64_t>(32, nr - r0) / 2;
-    const auto pmask = static_cast<__mmask16>(pairs == 16 ? 0xFFFFu : (1u << pairs) - 1u);
+    const __mmask16 pmask = tail16(pairs);
     for (std::int64_t c0 = 0; c0 < nc; c0 += 16) {
       const std::int64_t cn = std::min<std::int64_t>(16, nc - c0);
-      const auto cmask = static_cast<__mmask16>(cn == 16 ? 0xFFFFu : (1u << cn) - 1u);
+      const __mmask16 cmask = tail16(cn);
       __m512 t[16];
       static_for<0, 16>([&](auto i) __attribute__((always_inline)) {
         if (i >= pairs) {
@@ -323,7 +442,7 @@ bool transpose_bf16_pairs(const std::uint16_t* a, std::int64_t a_rs, std::int64_
 
 void interleave_bf16(const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; i += 16) {
-    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFFu : (1u << (n - i)) - 1u);
+    const __mmask16 m = tail16(n - i);
     const __m512i lo = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, a + i));
     const __m512i hi = b == nullptr ? _mm512_setzero_si512()
                                     : _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_maskz_loadu_epi16(m, b + i));
@@ -339,11 +458,11 @@ void interleave_f32(const float* a, const float* b, float* out, std::int64_t n) 
   const __m512i lo = _mm512_load_si512(lo_idx.data()), hi = _mm512_load_si512(hi_idx.data());
   for (std::int64_t i = 0; i < n; i += 32) {
     const std::int64_t left = n - i, na = (left + 1) / 2, nb = left / 2;  // from a and from b
-    const auto ma = static_cast<__mmask16>(na >= 16 ? 0xFFFFu : (1u << na) - 1u);
-    const auto mb = static_cast<__mmask16>(nb >= 16 ? 0xFFFFu : (1u << nb) - 1u);
+    const __mmask16 ma = tail16(na);
+    const __mmask16 mb = tail16(nb);
     const __m512 va = _mm512_maskz_loadu_ps(ma, a + i / 2), vb = _mm512_maskz_loadu_ps(mb, b + i / 2);
-    const auto m0 = static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
-    const auto m1 = static_cast<__mmask16>(left >= 32 ? 0xFFFFu : left <= 16 ? 0u : (1u << (left - 16)) - 1u);
+    const __mmask16 m0 = tail16(left);
+    const __mmask16 m1 = tail16(std::max<std::int64_t>(left - 16, 0));
     _mm512_mask_storeu_ps(out + i, m0, _mm512_permutex2var_ps(va, lo, vb));
     _mm512_mask_storeu_ps(out + i + 16, m1, _mm512_permutex2var_ps(va, hi, vb));
   }
@@ -412,6 +531,9 @@ const KernelSet& avx512_kernels() {
     s.store_rows_bf16 = &store_rows_bf16;
     s.to_fp16 = &to_fp16;
     s.store_transposed = &store_transposed;
+    s.to_hif8 = &to_8bit<hif8_codes>;
+    s.to_fp8_e4m3fn = &to_8bit<fp8_e4m3fn_codes>;
+    s.widen8 = &widen8;
     return s;
   }();
   return set;

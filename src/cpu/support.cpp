@@ -105,8 +105,15 @@ void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int
       for (std::int64_t i = 0; i < m; ++i) out[(i0 + i) * y_stride] = bits[i];
     }
   } else {
-    for (std::int64_t i = 0; i < n; ++i)
-      numeric::store_f32(p.y_dtype, y, at + i * y_stride, src[i * src_stride], p.overflow);
+    const bool saturate = p.overflow == OverflowMode::saturate;
+    const auto convert = p.y_dtype == DType::hif8 ? ks.to_hif8 : ks.to_fp8_e4m3fn;
+    auto* out = static_cast<std::uint8_t*>(y) + at;
+    if (convert != nullptr && src_stride == 1 && y_stride == 1) {
+      convert(src, out, n, saturate);
+      return;
+    }
+    const numeric::Encoder8& encode = numeric::encoder8(p.y_dtype, saturate);
+    for (std::int64_t i = 0; i < n; ++i) out[i * y_stride] = encode(src[i * src_stride]);
   }
 }
 

@@ -99,6 +99,21 @@ std::uint8_t f32_to_fp8_e4m3fn(float v, bool saturate) {
   return static_cast<std::uint8_t>(sign | round_magnitude_rne(a, 3, -6));
 }
 
+Encoder8::Encoder8(DType dtype, bool saturate) {
+  const auto encode = dtype == DType::hif8 ? &f32_to_hif8 : &f32_to_fp8_e4m3fn;
+  for (std::uint32_t key = 0; key < (1u << 16); ++key) {
+    exact_[key] = encode(float_of(key << 16), saturate);
+    above_[key] = encode(float_of((key << 16) | 1u), saturate);
+  }
+}
+
+const Encoder8& encoder8(DType dtype, bool saturate) {
+  static const Encoder8 hif8(DType::hif8, false), hif8_sat(DType::hif8, true), fp8(DType::fp8_e4m3fn, false),
+      fp8_sat(DType::fp8_e4m3fn, true);
+  if (dtype == DType::hif8) return saturate ? hif8_sat : hif8;
+  return saturate ? fp8_sat : fp8;
+}
+
 float round_to_hf32(float v) {
   const std::uint32_t u = bits_of(v);
   if ((u & kAbsMask) >= kInfF32) return v;

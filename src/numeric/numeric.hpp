@@ -36,6 +36,24 @@ std::uint8_t f32_to_fp8_e4m3fn(float v, bool saturate);
 
 inline bool is_8bit(DType t) { return t == DType::hif8 || t == DType::fp8_e4m3fn; }
 
+// f32_to_hif8 / f32_to_fp8_e4m3fn by table, the same codes. Every 8-bit value and every rounding boundary
+// between two of them (and the overflow thresholds) has at most 5 significant bits, so as fp32 its low 16
+// bits are zero: all fp32 values with the same top 16 bits and nonzero low bits lie strictly between two
+// boundaries and encode alike (NaNs included). Two tables of 65536 codes: for low bits zero, and nonzero.
+class Encoder8 {
+ public:
+  Encoder8(DType dtype, bool saturate);  // dtype hif8 or fp8_e4m3fn
+  std::uint8_t operator()(float v) const {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
+    return ((u & 0xFFFFu) != 0 ? above_ : exact_)[u >> 16];
+  }
+
+ private:
+  std::uint8_t exact_[1 << 16], above_[1 << 16];
+};
+// The encoder of an 8-bit dtype and overflow mode, built on first use.
+const Encoder8& encoder8(DType dtype, bool saturate);
+
 // HF32: keep 10 explicit mantissa bits, rounding half away from zero; inf and NaN unchanged.
 float round_to_hf32(float v);
 
