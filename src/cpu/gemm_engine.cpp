@@ -530,8 +530,18 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t jh = H.j_of(ih);
           const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
           float* row = tile + (q - q0) * plane_floats + (ih - ih0) * row_floats;
+          // A row no tap reaches (a phase of a stride above the kernel, or a border) is zero: written
+          // directly, here or (staged) at the store below. In plane mode the tile is zeroed already.
+          if (!config_.plane_mode && !(D.reaches(PD, jd) && H.reaches(PH, jh))) {
+            if (!config_.staged) zero_y(W.in, valid, n, g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+            continue;
+          }
           for (const AxisPhase& PW : W.phases) {
             if (PW.count == 0) continue;
+            if (PW.taps.empty() && !config_.plane_mode && !config_.staged) {
+              zero_y(PW.count, valid, n, g * p_.Cin_g + b.ci0, id, ih, PW.first, W.stride, y);
+              continue;
+            }
             const std::int64_t nblk = ceil_div(PW.count, max_m);
             // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap) has the tap
             // list of the previous such tile shifted by the pixels between them: reuse it.
@@ -573,10 +583,19 @@ class GemmEngine final : public EngineImpl {
       }
     }
     if (config_.staged)
-      for (std::int64_t q = q0; q < q1; ++q)
-        for (std::int64_t ih = ih0; ih < ih1; ++ih)
-          store_tile(tile + (q - q0) * plane_floats + (ih - ih0) * row_floats, W.in, cbw, valid, q / D.in,
-                     g * p_.Cin_g + b.ci0, q % D.in, ih, 0, 1, y);
+      for (std::int64_t q = q0; q < q1; ++q) {
+        const std::int64_t id = q % D.in, jd = D.j_of(id);
+        const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
+        for (std::int64_t ih = ih0; ih < ih1; ++ih) {
+          if (config_.plane_mode ||
+              (D.reaches(PD, jd) &&
+               H.reaches(H.phases[static_cast<std::size_t>(H.phase_of(ih))], H.j_of(ih))))
+            store_tile(tile + (q - q0) * plane_floats + (ih - ih0) * row_floats, W.in, cbw, valid, q / D.in,
+                       g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+          else
+            zero_y(W.in, valid, q / D.in, g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+        }
+      }
   }
 
   // One flat task: y plane q = t % tasks_per_block_ of one channel block. Each (H phase, W phase) pair's
@@ -730,6 +749,28 @@ class GemmEngine final : public EngineImpl {
                            p_.overflow == OverflowMode::saturate);
     } else {  // one run per channel across the pixels
       for (std::int64_t c = 0; c < valid; ++c) store_run(p_, ks_, tile + c, cbw, y, base + c * s[1], ps, m);
+    }
+  }
+
+  // y = +0 at m pixels from iw0 (every step-th) of row (n, id, ih), channels [c0, c0 + valid): all-zero bits
+  // in every y dtype, so a memset per contiguous run.
+  void zero_y(std::int64_t m, int valid, std::int64_t n, std::int64_t c0, std::int64_t id, std::int64_t ih,
+              std::int64_t iw0, std::int64_t step, void* y) const {
+    const auto& s = p_.y_strides;
+    const std::int64_t es = static_cast<std::int64_t>(dtype_size(p_.y_dtype)), ps = step * s[4];
+    char* base = static_cast<char*>(y) + (n * s[0] + c0 * s[1] + id * s[2] + ih * s[3] + iw0 * s[4]) * es;
+    const auto zero = [&](std::int64_t at, std::int64_t count) {
+      std::memset(base + at * es, 0, static_cast<std::size_t>(count * es));
+    };
+    if (s[1] == 1 && ps == valid) {
+      zero(0, m * valid);
+    } else if (s[1] == 1) {
+      for (std::int64_t p = 0; p < m; ++p) zero(p * ps, valid);
+    } else if (ps == 1) {
+      for (std::int64_t c = 0; c < valid; ++c) zero(c * s[1], m);
+    } else {
+      for (std::int64_t c = 0; c < valid; ++c)
+        for (std::int64_t p = 0; p < m; ++p) zero(c * s[1] + p * ps, 1);
     }
   }
 

@@ -38,6 +38,12 @@ struct Axis {
 
   // Taps of `phase` that land inside dy at position j.
   bool valid(const AxisTap& t, std::int64_t j) const { return j + t.off >= 0 && j + t.off < out; }
+  // Whether any tap of `phase` lands inside dy at position j (if none, y there is zero).
+  bool reaches(const AxisPhase& phase, std::int64_t j) const {
+    for (const AxisTap& t : phase.taps)
+      if (valid(t, j)) return true;
+    return false;
+  }
 
  private:
   std::int64_t pad_ = 0;
