@@ -214,6 +214,11 @@ class GemmEngine final : public EngineImpl {
         return;
       }
     }
+    if (!bf16_ && p_.filter_dtype == DType::f32 && p_.input_rounding == InputRounding::none &&
+        pack_f32_block(static_cast<const float*>(filter), gb / nb, b, static_cast<float*>(wpack_.get()))) {
+      tiny_blocks_[static_cast<std::size_t>(gb)] = false;
+      return;
+    }
     w_reader_.visit(filter, [&](auto get) {
       tiny_blocks_[static_cast<std::size_t>(gb)] =
           bf16_ ? pack_block(get, gb / nb, b, static_cast<std::uint16_t*>(wpack_.get()))
@@ -263,6 +268,41 @@ class GemmEngine final : public EngineImpl {
     return tiny || (config_.amx && nonfinite);
   }
 
+  // pack_block for an fp32 filter whose input channels are contiguous (a copy per tap) or that is dense
+  // NCDHW (per output channel, its [ci][tap] run transposed to [tap][ci] by a vector kernel, then copied to
+  // the taps' packed places). Returns false, packing nothing, for other layouts.
+  bool pack_f32_block(const float* filter, std::int64_t g, const Block& b, float* wpack) const {
+    const auto& s = p_.filter_strides;
+    const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
+    const bool ncdhw = dense_ncdhw_filter(valid) && ks_.store_transposed;
+    if (s[1] != 1 && !ncdhw) return false;
+    float* dst = wpack + g * group_w_ + b.w_off;
+    std::vector<float> transposed(ncdhw && s[1] != 1 ? static_cast<std::size_t>(taps_ * cbw) : 0);
+    for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
+      const float* src = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
+      float* dst_co = dst + co * cbw;
+      if (s[1] == 1) {
+        for (std::int64_t t = 0; t < taps_; ++t)
+          std::memcpy(dst_co + tap_pos(t) * tap_step, src + tap_src_[static_cast<std::size_t>(t)],
+                      static_cast<std::size_t>(valid) * 4);
+        continue;
+      }
+      ks_.store_transposed(src, false, taps_, valid, taps_, transposed.data(), false, cbw, false);
+      for (std::int64_t t = 0; t < taps_; ++t)
+        std::memcpy(dst_co + tap_pos(t) * tap_step, transposed.data() + t * cbw,
+                    static_cast<std::size_t>(valid) * 4);
+    }
+    return true;
+  }
+
+  // Whether the filter is dense NCDHW (taps contiguous, input channels one kernel volume apart) with a
+  // block's [ci][tap] run small enough for the transposing packers' buffers.
+  bool dense_ncdhw_filter(std::int64_t valid) const {
+    const auto& s = p_.filter_strides;
+    return s[4] == 1 && s[3] == p_.kernel[2] && s[2] == p_.kernel[1] * p_.kernel[2] && s[1] == taps_ &&
+           valid * taps_ <= (std::int64_t{1} << 16);
+  }
+
   // pack_block for a bf16 or 8-bit filter, moving bits with vector kernels: channel pairs interleaved
   // straight from the filter when its input channels are contiguous; otherwise, for an NCDHW filter (taps
   // dense, input channels T taps apart), each pair of output channels is interleaved into [ci][tap] units,
@@ -273,8 +313,7 @@ class GemmEngine final : public EngineImpl {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
     std::uint16_t* dst = wpack + g * group_w_ + b.w_off;
-    const bool ncdhw = s[4] == 1 && s[3] == p_.kernel[2] && s[2] == p_.kernel[1] * p_.kernel[2] &&
-                       s[1] == taps_ && valid * taps_ <= (std::int64_t{1} << 16);
+    const bool ncdhw = dense_ncdhw_filter(valid);
     std::vector<float> units, transposed;
     if (s[1] != 1 && ncdhw) {
       units.resize(static_cast<std::size_t>(valid * taps_));
