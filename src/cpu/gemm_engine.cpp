@@ -557,6 +557,11 @@ class GemmEngine final : public EngineImpl {
     const int max_m = amx ? kAmxMaxM : config_.max_m[b.nv];
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
     const std::int64_t row_floats = W.in * cbw, plane_floats = (ih1 - ih0) * row_floats;
+    // Row tiles of a full block write straight into an fp32 y with contiguous channels (the same values
+    // store_tile would copy there).
+    const auto& ys = p_.y_strides;
+    const bool y_direct = !amx && !config_.plane_mode && !config_.staged && p_.y_dtype == DType::f32 &&
+                          ys[1] == 1 && valid == cbw;
     if (config_.plane_mode) std::fill(tile, tile + (q1 - q0) * plane_floats, 0.0f);
 
     // In plane mode the taps come in groups whose filter fits in L2, each reused across all planes.
@@ -612,6 +617,10 @@ class GemmEngine final : public EngineImpl {
                   fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
               } else if (config_.staged) {
                 fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
+              } else if (y_direct) {
+                float* at = static_cast<float*>(y) + n * ys[0] + (g * p_.Cin_g + b.ci0) * ys[1] + id * ys[2] +
+                            ih * ys[3] + iw0 * ys[4];
+                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, W.stride * ys[4], false});
               } else {
                 fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
                 store_tile(tile, m, cbw, valid, n, g * p_.Cin_g + b.ci0, id, ih, iw0, W.stride, y);

@@ -25,9 +25,11 @@ struct TileArgs {
   std::int64_t dy_cs;  // elements between reduction steps
   const TapRef* taps;
   std::int64_t ntaps;
-  float* tile;           // pixel p at tile + p * tile_ps: NV * lanes floats, 64-byte aligned
-  std::int64_t tile_ps;  // a multiple of 16
-  bool accumulate;       // start from the tile's values (a later group of taps) instead of zero
+  // Pixel p's NV * lanes results at tile + p * tile_ps: a staging tile (64-byte aligned, as `accumulate`
+  // needs) or, when y is fp32 with contiguous channels, y itself (any alignment).
+  float* tile;
+  std::int64_t tile_ps;
+  bool accumulate;  // start from the tile's values (a later group of taps) instead of zero
 };
 
 using TileFn = void (*)(const TileArgs&);

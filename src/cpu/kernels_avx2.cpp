@@ -21,7 +21,7 @@ struct V {
   static CONV3D_DX_INLINE R load(const char* p) { return _mm256_load_ps(reinterpret_cast<const float*>(p)); }
   static CONV3D_DX_INLINE R bcast(float v) { return _mm256_set1_ps(v); }
   static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
-  static CONV3D_DX_INLINE void store(float* p, R v) { _mm256_store_ps(p, v); }
+  static CONV3D_DX_INLINE void store(float* p, R v) { _mm256_storeu_ps(p, v); }
 };
 
 // 8 fp32 -> 8 bf16, round to nearest even; saturate turns overflow and inf (0x7F80) into the largest finite

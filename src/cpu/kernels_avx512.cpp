@@ -23,7 +23,7 @@ struct V {
   static CONV3D_DX_INLINE R load(const char* p) { return _mm512_load_ps(reinterpret_cast<const float*>(p)); }
   static CONV3D_DX_INLINE R bcast(float v) { return _mm512_set1_ps(v); }
   static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
-  static CONV3D_DX_INLINE void store(float* p, R v) { _mm512_store_ps(p, v); }
+  static CONV3D_DX_INLINE void store(float* p, R v) { _mm512_storeu_ps(p, v); }
 };
 
 // One step takes the dy pair (c, c+1) and the filter pairs; vdpbf16ps adds both exact products in fp32.
