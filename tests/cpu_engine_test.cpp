@@ -979,6 +979,40 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
   if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has vector 8-bit kernels";
 }
 
+// Widening bf16 and fp16 codes to fp32 by vector kernels: every code, against numeric's scalar decoders
+// (NaNs as NaNs: vcvtph2ps quiets a signalling one), lengths that end inside a vector, nothing written past.
+TEST(CpuKernels, VectorWideningMatchesNumeric) {
+  std::vector<std::uint16_t> codes(65536);
+  for (std::size_t c = 0; c < codes.size(); ++c) codes[c] = static_cast<std::uint16_t>(c);
+  using Widen = void (*)(const std::uint16_t*, float*, std::int64_t);
+  int sets_checked = 0;
+  for (Isa isa : {Isa::avx512, Isa::avx2}) {
+    if (!cpu_supports(isa)) continue;
+    const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
+    const std::pair<Widen, float (*)(std::uint16_t)> widenings[] = {{ks.bf16_to_f32, numeric::bf16_to_f32},
+                                                                    {ks.fp16_to_f32, numeric::fp16_to_f32}};
+    for (const auto& [vector, scalar] : widenings) {
+      if (vector == nullptr) continue;
+      ++sets_checked;
+      for (std::int64_t len : {std::int64_t{65536}, std::int64_t{1}, std::int64_t{7}, std::int64_t{17}}) {
+        std::vector<float> out(static_cast<std::size_t>(len + 3), -1.0f);
+        vector(codes.data(), out.data(), len);
+        for (std::int64_t i = 0; i < len + 3; ++i) {
+          const std::size_t k = static_cast<std::size_t>(i);
+          const float want = i < len ? scalar(codes[k]) : -1.0f;
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(out[k])) << std::hex << codes[k];
+            continue;
+          }
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(out[k]), std::bit_cast<std::uint32_t>(want))
+              << std::hex << "code " << codes[k] << " of " << std::dec << len;
+        }
+      }
+    }
+  }
+  if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has vector widening kernels";
+}
+
 // The phase decomposition reaches exactly the (kernel index, dy index) pairs of the definition.
 TEST(CpuGeometry, PhasesMatchBruteForce) {
   std::mt19937_64 rng(71);

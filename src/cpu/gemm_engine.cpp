@@ -214,8 +214,8 @@ class GemmEngine final : public EngineImpl {
         return;
       }
     }
-    if (!bf16_ && p_.filter_dtype == DType::f32 && p_.input_rounding == InputRounding::none &&
-        pack_f32_block(static_cast<const float*>(filter), gb / nb, b, static_cast<float*>(wpack_.get()))) {
+    if (!bf16_ && w_reader_.widens(ks_) &&
+        pack_f32_block(filter, gb / nb, b, static_cast<float*>(wpack_.get()))) {
       tiny_blocks_[static_cast<std::size_t>(gb)] = false;
       return;
     }
@@ -268,26 +268,34 @@ class GemmEngine final : public EngineImpl {
     return tiny || (config_.amx && nonfinite);
   }
 
-  // pack_block for an fp32 filter whose input channels are contiguous (a copy per tap) or that is dense
-  // NCDHW (per output channel, its [ci][tap] run transposed to [tap][ci] by a vector kernel, then copied to
-  // the taps' packed places). Returns false, packing nothing, for other layouts.
-  bool pack_f32_block(const float* filter, std::int64_t g, const Block& b, float* wpack) const {
+  // pack_block for the fp32 kernels with a filter the reader widens by vector kernels (fp32, bf16, fp16,
+  // 8-bit): per tap a widened run when input channels are contiguous; for a dense NCDHW filter, per output
+  // channel its [ci][tap] run (widened first unless fp32) transposed to [tap][ci] by a vector kernel, then
+  // copied to the taps' packed places. Returns false, packing nothing, for other layouts.
+  bool pack_f32_block(const void* filter, std::int64_t g, const Block& b, float* wpack) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
     const bool ncdhw = dense_ncdhw_filter(valid) && ks_.store_transposed;
     if (s[1] != 1 && !ncdhw) return false;
+    const bool f32 = p_.filter_dtype == DType::f32;
     float* dst = wpack + g * group_w_ + b.w_off;
+    std::vector<float> units(ncdhw && s[1] != 1 && !f32 ? static_cast<std::size_t>(valid * taps_) : 0);
     std::vector<float> transposed(ncdhw && s[1] != 1 ? static_cast<std::size_t>(taps_ * cbw) : 0);
     for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
-      const float* src = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
+      const std::int64_t src = (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
       float* dst_co = dst + co * cbw;
       if (s[1] == 1) {
         for (std::int64_t t = 0; t < taps_; ++t)
-          std::memcpy(dst_co + tap_pos(t) * tap_step, src + tap_src_[static_cast<std::size_t>(t)],
-                      static_cast<std::size_t>(valid) * 4);
+          w_reader_.widen(ks_, filter, src + tap_src_[static_cast<std::size_t>(t)], valid,
+                          dst_co + tap_pos(t) * tap_step);
         continue;
       }
-      ks_.store_transposed(src, false, taps_, valid, taps_, transposed.data(), false, cbw, false);
+      const float* run = static_cast<const float*>(filter) + src;
+      if (!f32) {
+        w_reader_.widen(ks_, filter, src, valid * taps_, units.data());
+        run = units.data();
+      }
+      ks_.store_transposed(run, false, taps_, valid, taps_, transposed.data(), false, cbw, false);
       for (std::int64_t t = 0; t < taps_; ++t)
         std::memcpy(dst_co + tap_pos(t) * tap_step, transposed.data() + t * cbw,
                     static_cast<std::size_t>(valid) * 4);
@@ -428,11 +436,13 @@ class GemmEngine final : public EngineImpl {
         if (scan) tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
     };
     const auto any_tiny = [&] { return std::find(tiny.begin(), tiny.end(), 1) != tiny.end(); };
-    // bf16 or 8-bit dy with contiguous channels into bf16 pairs: one copy (or table lookup) per pixel,
-    // padding channels zeroed.
+    // dy with contiguous channels, per pixel: bf16 or 8-bit into bf16 pairs (a copy or table lookup), or
+    // anything the reader widens into fp32; padding channels zeroed.
     const bool dy_8bit = numeric::is_8bit(p_.dy_dtype) && ks_.widen8 != nullptr;
-    if (std::is_same_v<T, std::uint16_t> && (p_.dy_dtype == DType::bf16 || dy_8bit) && s[1] == 1 &&
-        p_.input_rounding != InputRounding::fp16) {
+    const bool to_pairs = std::is_same_v<T, std::uint16_t> && (p_.dy_dtype == DType::bf16 || dy_8bit) &&
+                          p_.input_rounding != InputRounding::fp16;
+    const bool to_f32 = std::is_same_v<T, float> && dy_reader_.widens(ks_);
+    if (s[1] == 1 && (to_pairs || to_f32)) {
       parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
           const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
@@ -443,10 +453,10 @@ class GemmEngine final : public EngineImpl {
             T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
             for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
               T* pixel = row + ow * kpad_;
-              if (dy_8bit) {
-                if constexpr (std::is_same_v<T, std::uint16_t>)
-                  ks_.widen8(static_cast<const std::uint8_t*>(dy) + at + ow * s[4], dy_lut8_, pixel,
-                             p_.Cout_g);
+              if constexpr (std::is_same_v<T, float>) {
+                dy_reader_.widen(ks_, dy, at + ow * s[4], p_.Cout_g, pixel);
+              } else if (dy_8bit) {
+                ks_.widen8(static_cast<const std::uint8_t*>(dy) + at + ow * s[4], dy_lut8_, pixel, p_.Cout_g);
               } else {
                 std::memcpy(pixel, static_cast<const std::uint16_t*>(dy) + at + ow * s[4],
                             static_cast<std::size_t>(p_.Cout_g) * 2);

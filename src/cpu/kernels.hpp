@@ -112,6 +112,9 @@ struct KernelSet {
   // ISA has none.
   void (*widen8)(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst,
                  std::int64_t n) = nullptr;
+  // bf16 and fp16 codes -> fp32 (exact), n values. Null where the ISA has none.
+  void (*bf16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
+  void (*fp16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
 };
 
 // AMX tiles (kernels_amx.cpp): M <= kAmxMaxM pixels x NV <= 2 vectors of 16 input channels over bf16

@@ -321,6 +321,22 @@ void to_8bit(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate)
 #pragma GCC diagnostic pop
 #endif
 
+// Exact widening of 16-bit codes to fp32: bf16 by a shift, fp16 by vcvtph2ps (subnormals included).
+void bf16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail16(n - i);
+    const __m512i bits = _mm512_maskz_cvtepu16_epi32(m, _mm256_maskz_loadu_epi16(m, src + i));
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(m, bits, 16)));
+  }
+}
+
+void fp16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail16(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_maskz_cvtph_ps(m, _mm256_maskz_loadu_epi16(m, src + i)));
+  }
+}
+
 // 32 codes at a time: four two-register word permutes cover the 256 table entries by the low 6 bits of the
 // code; bits 6 and 7 pick among them.
 void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst, std::int64_t n) {
@@ -534,6 +550,8 @@ const KernelSet& avx512_kernels() {
     s.to_hif8 = &to_8bit<hif8_codes>;
     s.to_fp8_e4m3fn = &to_8bit<fp8_e4m3fn_codes>;
     s.widen8 = &widen8;
+    s.bf16_to_f32 = &bf16_to_f32;
+    s.fp16_to_f32 = &fp16_to_f32;
     return s;
   }();
   return set;

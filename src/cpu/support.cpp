@@ -1,6 +1,8 @@
 #include "cpu/support.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <string>
 
 namespace conv3d_dx::cpu {
@@ -70,9 +72,52 @@ Reader::Reader(DType dtype, InputRounding rounding) : dtype_(dtype), rounding_(r
     kind_ = Kind::fp16;  // fp16 values are unchanged by any input rounding
   } else if (dtype == DType::hif8 || dtype == DType::fp8_e4m3fn) {
     kind_ = Kind::lut8;
+    lut_bf16_exact_ = true;
     for (int c = 0; c < 256; ++c) {
       const auto code = static_cast<std::uint8_t>(c);
       lut_[c] = numeric::load_rounded(dtype, &code, 0, rounding);
+      const auto bits = std::bit_cast<std::uint32_t>(lut_[c]);
+      lut_bf16_[c] = static_cast<std::uint16_t>(bits >> 16);
+      lut_bf16_exact_ = lut_bf16_exact_ && (bits & 0xFFFFu) == 0;
+    }
+  }
+}
+
+bool Reader::widens(const KernelSet& ks) const {
+  switch (kind_) {
+    case Kind::f32:
+      return true;
+    case Kind::bf16:
+      return ks.bf16_to_f32 != nullptr;
+    case Kind::fp16:
+      return ks.fp16_to_f32 != nullptr;
+    case Kind::lut8:
+      return lut_bf16_exact_ && ks.widen8 != nullptr && ks.bf16_to_f32 != nullptr;
+    default:
+      return false;
+  }
+}
+
+void Reader::widen(const KernelSet& ks, const void* base, std::int64_t at, std::int64_t n, float* dst) const {
+  switch (kind_) {
+    case Kind::f32:
+      std::memcpy(dst, static_cast<const float*>(base) + at, static_cast<std::size_t>(n) * sizeof(float));
+      break;
+    case Kind::bf16:
+      ks.bf16_to_f32(static_cast<const std::uint16_t*>(base) + at, dst, n);
+      break;
+    case Kind::fp16:
+      ks.fp16_to_f32(static_cast<const std::uint16_t*>(base) + at, dst, n);
+      break;
+    default: {  // lut8: codes to bf16 by table, then to fp32, a chunk at a time
+      constexpr std::int64_t kChunk = 256;
+      std::uint16_t bits[kChunk];
+      const auto* codes = static_cast<const std::uint8_t*>(base) + at;
+      for (std::int64_t i = 0; i < n; i += kChunk) {
+        const std::int64_t m = std::min(kChunk, n - i);
+        ks.widen8(codes + i, lut_bf16_, bits, m);
+        ks.bf16_to_f32(bits, dst + i, m);
+      }
     }
   }
 }

@@ -52,6 +52,12 @@ class Reader {
  public:
   Reader(DType dtype, InputRounding rounding);
 
+  // Whether widen() can use ks's vector kernels for this dtype and rounding.
+  bool widens(const KernelSet& ks) const;
+  // dst[i] = element at + i of `base` as fp32 (the value get() gives), i < n, by vector kernels: only when
+  // widens(ks).
+  void widen(const KernelSet& ks, const void* base, std::int64_t at, std::int64_t n, float* dst) const;
+
   // Calls f(get) with get(i) -> float, element i of `base`.
   template <class F>
   void visit(const void* base, F&& f) const {
@@ -97,6 +103,8 @@ class Reader {
   DType dtype_;
   InputRounding rounding_;
   float lut_[256] = {};
+  std::uint16_t lut_bf16_[256] = {};  // lut_ as bf16, when every entry is exact in bf16 (lut_bf16_exact_)
+  bool lut_bf16_exact_ = false;
 };
 
 // Stores v, exact in the destination type, as element i of an fp32 or bf16 array.
