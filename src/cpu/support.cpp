@@ -122,6 +122,30 @@ void Reader::widen(const KernelSet& ks, const void* base, std::int64_t at, std::
   }
 }
 
+namespace {
+
+// Vector conversion of contiguous chunks; gathers and scatters around it when the runs are strided.
+template <class Code>
+void store_converted(void (*convert)(const float*, Code*, std::int64_t, bool), const float* src,
+                     std::int64_t src_stride, Code* out, std::int64_t y_stride, std::int64_t n,
+                     bool saturate) {
+  if (src_stride == 1 && y_stride == 1) {
+    convert(src, out, n, saturate);
+    return;
+  }
+  constexpr std::int64_t kChunk = 64;
+  float in[kChunk];
+  Code codes[kChunk];
+  for (std::int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - i0);
+    for (std::int64_t i = 0; i < m; ++i) in[i] = src[(i0 + i) * src_stride];
+    convert(in, codes, m, saturate);
+    for (std::int64_t i = 0; i < m; ++i) out[(i0 + i) * y_stride] = codes[i];
+  }
+}
+
+}  // namespace
+
 void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int64_t src_stride, void* y,
                std::int64_t at, std::int64_t y_stride, std::int64_t n) {
   if (p.y_dtype == DType::f32) {
@@ -132,29 +156,14 @@ void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int
       for (std::int64_t i = 0; i < n; ++i) out[i * y_stride] = src[i * src_stride];
     }
   } else if (p.y_dtype == DType::bf16 || p.y_dtype == DType::f16) {
-    // Vector conversion of contiguous chunks; gathers and scatters around it when the runs are strided.
-    const auto convert = p.y_dtype == DType::bf16 ? ks.to_bf16 : ks.to_fp16;
-    auto* out = static_cast<std::uint16_t*>(y) + at;
-    const bool saturate = p.overflow == OverflowMode::saturate;
-    if (src_stride == 1 && y_stride == 1) {
-      convert(src, out, n, saturate);
-      return;
-    }
-    constexpr std::int64_t kChunk = 64;
-    float in[kChunk];
-    std::uint16_t bits[kChunk];
-    for (std::int64_t i0 = 0; i0 < n; i0 += kChunk) {
-      const std::int64_t m = std::min(kChunk, n - i0);
-      for (std::int64_t i = 0; i < m; ++i) in[i] = src[(i0 + i) * src_stride];
-      convert(in, bits, m, saturate);
-      for (std::int64_t i = 0; i < m; ++i) out[(i0 + i) * y_stride] = bits[i];
-    }
+    store_converted(p.y_dtype == DType::bf16 ? ks.to_bf16 : ks.to_fp16, src, src_stride,
+                    static_cast<std::uint16_t*>(y) + at, y_stride, n, p.overflow == OverflowMode::saturate);
   } else {
     const bool saturate = p.overflow == OverflowMode::saturate;
     const auto convert = p.y_dtype == DType::hif8 ? ks.to_hif8 : ks.to_fp8_e4m3fn;
     auto* out = static_cast<std::uint8_t*>(y) + at;
-    if (convert != nullptr && src_stride == 1 && y_stride == 1) {
-      convert(src, out, n, saturate);
+    if (convert != nullptr) {
+      store_converted(convert, src, src_stride, out, y_stride, n, saturate);
       return;
     }
     const numeric::Encoder8& encode = numeric::encoder8(p.y_dtype, saturate);
