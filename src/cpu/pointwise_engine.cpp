@@ -110,10 +110,9 @@ class PointwiseEngine final : public EngineImpl {
                               pairs + q * 2 * kWidth, m);
           tiny |= ks_.any_tiny_bf16(pairs + q * 2 * kWidth, 2 * m);
         }
-      } else if (p_.dy_dtype == DType::f32 && p_.input_rounding == InputRounding::none) {
-        const auto* src = static_cast<const float*>(dy) + at;
+      } else if (dy_reader_.widens(ks_)) {  // a copy, or widened exactly by vector kernels
         for (std::int64_t co = 0; co < k_; ++co)
-          std::memcpy(panel + co * kWidth, src + co * ds[1], static_cast<std::size_t>(m) * sizeof(float));
+          dy_reader_.widen(ks_, dy, at + co * ds[1], m, panel + co * kWidth);
       } else {  // widened exactly (with the input rounding) to fp32
         dy_reader_.visit(dy, [&](auto get) {
           for (std::int64_t co = 0; co < k_; ++co)
