@@ -52,6 +52,8 @@ class PointwiseEngine final : public EngineImpl {
     const auto& s = p_.filter_strides;
     // Per unit: whether it holds a bf16 value too small for vdpbf16ps (tiny_bf16).
     std::vector<unsigned char> tiny(static_cast<std::size_t>(p_.G * units_), 0);
+    // fp32 runs with contiguous input channels (any 1 x 1 x 1 NCDHW filter) are widened by vector kernels.
+    const bool widen = !pairs_ && s[1] == 1 && w_reader_.widens(ks_);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * units_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t unit = begin; unit < end; ++unit) {
@@ -69,6 +71,10 @@ class PointwiseEngine final : public EngineImpl {
               }
             } else {
               float* w = static_cast<float*>(wpack_.get()) + (unit * k_ + co) * kUnit;
+              if (widen) {
+                w_reader_.widen(ks_, filter, src, valid, w);
+                continue;
+              }
               for (std::int64_t c = 0; c < valid; ++c) put(w, c, get(src + c * s[1]));
             }
           }
