@@ -980,7 +980,8 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
 }
 
 // Widening bf16 and fp16 codes to fp32 by vector kernels: every code, against numeric's scalar decoders
-// (NaNs as NaNs: vcvtph2ps quiets a signalling one), lengths that end inside a vector, nothing written past.
+// (NaNs as NaNs: vcvtph2ps quiets a signalling one), lengths that end inside a vector, nothing written past;
+// and HF32 rounding against numeric's, bit for bit.
 TEST(CpuKernels, VectorWideningMatchesNumeric) {
   std::vector<std::uint16_t> codes(65536);
   for (std::size_t c = 0; c < codes.size(); ++c) codes[c] = static_cast<std::uint16_t>(c);
@@ -1007,6 +1008,27 @@ TEST(CpuKernels, VectorWideningMatchesNumeric) {
           ASSERT_EQ(std::bit_cast<std::uint32_t>(out[k]), std::bit_cast<std::uint32_t>(want))
               << std::hex << "code " << codes[k] << " of " << std::dec << len;
         }
+      }
+    }
+  }
+  // HF32 rounding: every top-16-bit pattern with low bits around the half-way point of the dropped 13.
+  std::vector<float> values;
+  for (std::uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (std::uint32_t lo : {0x0000u, 0x0FFFu, 0x1000u, 0x1001u, 0x1FFFu, 0x3000u, 0xF000u, 0xFFFFu})
+      values.push_back(std::bit_cast<float>(hi << 16 | lo));
+  for (Isa isa : {Isa::avx512, Isa::avx2}) {
+    if (!cpu_supports(isa)) continue;
+    const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
+    if (ks.round_hf32 == nullptr) continue;
+    ++sets_checked;
+    for (std::int64_t len : {static_cast<std::int64_t>(values.size()), std::int64_t{1}, std::int64_t{9}}) {
+      std::vector<float> out(static_cast<std::size_t>(len + 3), -1.0f);
+      ks.round_hf32(values.data(), out.data(), len);
+      for (std::int64_t i = 0; i < len + 3; ++i) {
+        const std::size_t k = static_cast<std::size_t>(i);
+        const float want = i < len ? numeric::round_to_hf32(values[k]) : -1.0f;
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(out[k]), std::bit_cast<std::uint32_t>(want))
+            << std::hex << std::bit_cast<std::uint32_t>(values[k]) << " of " << std::dec << len;
       }
     }
   }

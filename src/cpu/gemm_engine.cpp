@@ -277,7 +277,9 @@ class GemmEngine final : public EngineImpl {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
     const bool ncdhw = dense_ncdhw_filter(valid) && ks_.store_transposed;
-    const bool f32 = p_.filter_dtype == DType::f32, bf16 = p_.filter_dtype == DType::bf16;
+    // fp32 read in place only without HF32 rounding (bf16 values are unchanged by it).
+    const bool f32 = p_.filter_dtype == DType::f32 && p_.input_rounding == InputRounding::none,
+               bf16 = p_.filter_dtype == DType::bf16;
     // Output channels contiguous (DHWCN): per tap, the [ci][co] matrix is the packed [co][ci] transposed.
     const bool cout_contiguous = s[0] == 1 && ks_.store_transposed && (f32 || bf16);
     if (s[1] != 1 && !ncdhw && !cout_contiguous) return false;

@@ -115,6 +115,8 @@ struct KernelSet {
   // bf16 and fp16 codes -> fp32 (exact), n values. Null where the ISA has none.
   void (*bf16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
   void (*fp16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
+  // fp32 -> fp32 rounded to HF32 (numeric::round_to_hf32), n values. Null where the ISA has none.
+  void (*round_hf32)(const float* src, float* dst, std::int64_t n) = nullptr;
 };
 
 // AMX tiles (kernels_amx.cpp): M <= kAmxMaxM pixels x NV <= 2 vectors of 16 input channels over bf16

@@ -84,6 +84,21 @@ void fp16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n) {
   for (; i < n; ++i) dst[i] = numeric::fp16_to_f32(src[i]);
 }
 
+// numeric::round_to_hf32 on 8 lanes: half of the kept ulp added to the bits, the 13 dropped bits cleared;
+// inf and NaN unchanged.
+void round_hf32(const float* src, float* dst, std::int64_t n) {
+  const __m256i half = _mm256_set1_epi32(0x1000), keep = _mm256_set1_epi32(~0x1FFF);
+  const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+    const __m256i finite = _mm256_cmpgt_epi32(inf, _mm256_and_si256(u, abs));  // |u| < inf, as signed ints
+    const __m256i r = _mm256_and_si256(_mm256_add_epi32(u, half), keep);
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_blendv_epi8(u, r, finite)));
+  }
+  for (; i < n; ++i) dst[i] = numeric::round_to_hf32(src[i]);
+}
+
 }  // namespace avx2
 
 const KernelSet& avx2_kernels() {
@@ -99,6 +114,7 @@ const KernelSet& avx2_kernels() {
     s.to_fp16 = &to_fp16;
     s.bf16_to_f32 = &bf16_to_f32;
     s.fp16_to_f32 = &fp16_to_f32;
+    s.round_hf32 = &round_hf32;
     return s;
   }();
   return set;

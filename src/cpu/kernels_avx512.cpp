@@ -337,6 +337,20 @@ void fp16_to_f32(const std::uint16_t* src, float* dst, std::int64_t n) {
   }
 }
 
+// numeric::round_to_hf32 on 16 lanes: half of the kept ulp added to the bits, the 13 dropped bits cleared;
+// inf and NaN unchanged.
+void round_hf32(const float* src, float* dst, std::int64_t n) {
+  const __m512i half = _mm512_set1_epi32(0x1000), keep = _mm512_set1_epi32(~0x1FFF);
+  const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail16(n - i);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+    const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_and_si512(u, abs), inf);
+    const __m512i r = _mm512_mask_and_epi32(u, finite, _mm512_add_epi32(u, half), keep);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(r));
+  }
+}
+
 // 32 codes at a time: four two-register word permutes cover the 256 table entries by the low 6 bits of the
 // code; bits 6 and 7 pick among them.
 void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst, std::int64_t n) {
@@ -552,6 +566,7 @@ const KernelSet& avx512_kernels() {
     s.widen8 = &widen8;
     s.bf16_to_f32 = &bf16_to_f32;
     s.fp16_to_f32 = &fp16_to_f32;
+    s.round_hf32 = &round_hf32;
     return s;
   }();
   return set;

@@ -66,6 +66,8 @@ AlignedPtr alloc_zeroed64(std::size_t bytes, const char* what) {
 Reader::Reader(DType dtype, InputRounding rounding) : dtype_(dtype), rounding_(rounding) {
   if (dtype == DType::f32 && rounding == InputRounding::none) {
     kind_ = Kind::f32;
+  } else if (dtype == DType::f32 && rounding == InputRounding::hf32) {
+    kind_ = Kind::hf32;
   } else if (dtype == DType::bf16 && rounding != InputRounding::fp16) {
     kind_ = Kind::bf16;  // HF32 rounding only touches fp32 inputs
   } else if (dtype == DType::f16) {
@@ -87,6 +89,8 @@ bool Reader::widens(const KernelSet& ks) const {
   switch (kind_) {
     case Kind::f32:
       return true;
+    case Kind::hf32:
+      return ks.round_hf32 != nullptr;
     case Kind::bf16:
       return ks.bf16_to_f32 != nullptr;
     case Kind::fp16:
@@ -102,6 +106,9 @@ void Reader::widen(const KernelSet& ks, const void* base, std::int64_t at, std::
   switch (kind_) {
     case Kind::f32:
       std::memcpy(dst, static_cast<const float*>(base) + at, static_cast<std::size_t>(n) * sizeof(float));
+      break;
+    case Kind::hf32:
+      ks.round_hf32(static_cast<const float*>(base) + at, dst, n);
       break;
     case Kind::bf16:
       ks.bf16_to_f32(static_cast<const std::uint16_t*>(base) + at, dst, n);

@@ -67,6 +67,11 @@ class Reader {
         f([p](std::int64_t i) { return p[i]; });
         break;
       }
+      case Kind::hf32: {
+        const auto* p = static_cast<const float*>(base);
+        f([p](std::int64_t i) { return numeric::round_to_hf32(p[i]); });
+        break;
+      }
       case Kind::bf16: {
         const auto* p = static_cast<const std::uint16_t*>(base);
         f([p](std::int64_t i) {
@@ -98,7 +103,7 @@ class Reader {
   }
 
  private:
-  enum class Kind { f32, bf16, fp16, lut8, generic };
+  enum class Kind { f32, hf32, bf16, fp16, lut8, generic };
   Kind kind_ = Kind::generic;
   DType dtype_;
   InputRounding rounding_;
