@@ -980,8 +980,8 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
 }
 
 // Widening bf16 and fp16 codes to fp32 by vector kernels: every code, against numeric's scalar decoders
-// (NaNs as NaNs: vcvtph2ps quiets a signalling one), lengths that end inside a vector, nothing written past;
-// and HF32 rounding against numeric's, bit for bit.
+// bit for bit (fp16 NaNs only as NaNs: vcvtph2ps quiets a signalling one), lengths that end inside a vector,
+// nothing written past; and HF32 rounding against numeric's, bit for bit.
 TEST(CpuKernels, VectorWideningMatchesNumeric) {
   std::vector<std::uint16_t> codes(65536);
   for (std::size_t c = 0; c < codes.size(); ++c) codes[c] = static_cast<std::uint16_t>(c);
@@ -994,6 +994,7 @@ TEST(CpuKernels, VectorWideningMatchesNumeric) {
                                                                     {ks.fp16_to_f32, numeric::fp16_to_f32}};
     for (const auto& [vector, scalar] : widenings) {
       if (vector == nullptr) continue;
+      const bool quiets_nan = scalar == &numeric::fp16_to_f32;  // bf16 widening moves the bits unchanged
       ++sets_checked;
       for (std::int64_t len : {std::int64_t{65536}, std::int64_t{1}, std::int64_t{7}, std::int64_t{17}}) {
         std::vector<float> out(static_cast<std::size_t>(len + 3), -1.0f);
@@ -1001,7 +1002,7 @@ TEST(CpuKernels, VectorWideningMatchesNumeric) {
         for (std::int64_t i = 0; i < len + 3; ++i) {
           const std::size_t k = static_cast<std::size_t>(i);
           const float want = i < len ? scalar(codes[k]) : -1.0f;
-          if (std::isnan(want)) {
+          if (quiets_nan && std::isnan(want)) {
             ASSERT_TRUE(std::isnan(out[k])) << std::hex << codes[k];
             continue;
           }

@@ -1,7 +1,6 @@
 #include "cpu/gemm_engine.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -61,14 +60,6 @@ class GemmEngine final : public EngineImpl {
       ci0 += nv * lanes_;
     }
     group_w_ = w_off;
-    for (int code = 0; code < 256; ++code) {
-      const auto byte = static_cast<std::uint8_t>(code);
-      const auto bf16_of = [&](DType t) {
-        return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(numeric::load_f32(t, &byte, 0)) >> 16);
-      };
-      if (numeric::is_8bit(p.filter_dtype)) w_lut8_[code] = bf16_of(p.filter_dtype);
-      if (numeric::is_8bit(p.dy_dtype)) dy_lut8_[code] = bf16_of(p.dy_dtype);
-    }
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * group_w_ * elem_), "the packed filter");
     for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
       for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
@@ -208,7 +199,7 @@ class GemmEngine final : public EngineImpl {
             pack_bf16_block(static_cast<const std::uint16_t*>(filter), gb / nb, b, wpack);
         return;
       }
-      if (numeric::is_8bit(p_.filter_dtype) && ks_.widen8 != nullptr) {
+      if (w_reader_.bf16_table() != nullptr && ks_.widen8 != nullptr) {
         tiny_blocks_[static_cast<std::size_t>(gb)] =
             pack_bf16_block(static_cast<const std::uint8_t*>(filter), gb / nb, b, wpack);
         return;
@@ -352,7 +343,7 @@ class GemmEngine final : public EngineImpl {
         return p;
       } else {
         if (p == nullptr) return static_cast<const std::uint16_t*>(nullptr);
-        ks_.widen8(p, w_lut8_, buf.data(), n);
+        ks_.widen8(p, w_reader_.bf16_table(), buf.data(), n);
         return static_cast<const std::uint16_t*>(buf.data());
       }
     };
@@ -380,7 +371,7 @@ class GemmEngine final : public EngineImpl {
           if constexpr (std::is_same_v<Src, std::uint16_t>)
             return v;
           else
-            return w_lut8_[v];
+            return w_reader_.bf16_table()[v];
         };
         for (std::int64_t t = 0; t < taps_; ++t) {
           std::uint16_t* out = dst_co + tap_pos(t) * tap_step;
@@ -452,7 +443,7 @@ class GemmEngine final : public EngineImpl {
     const auto any_tiny = [&] { return std::find(tiny.begin(), tiny.end(), 1) != tiny.end(); };
     // dy with contiguous channels, per pixel: bf16 or 8-bit into bf16 pairs (a copy or table lookup), or
     // anything the reader widens into fp32; padding channels zeroed.
-    const bool dy_8bit = numeric::is_8bit(p_.dy_dtype) && ks_.widen8 != nullptr;
+    const bool dy_8bit = dy_reader_.bf16_table() != nullptr && ks_.widen8 != nullptr;
     const bool to_pairs = std::is_same_v<T, std::uint16_t> && (p_.dy_dtype == DType::bf16 || dy_8bit) &&
                           p_.input_rounding != InputRounding::fp16;
     const bool to_f32 = std::is_same_v<T, float> && dy_reader_.widens(ks_);
@@ -470,7 +461,8 @@ class GemmEngine final : public EngineImpl {
               if constexpr (std::is_same_v<T, float>) {
                 dy_reader_.widen(ks_, dy, at + ow * s[4], p_.Cout_g, pixel);
               } else if (dy_8bit) {
-                ks_.widen8(static_cast<const std::uint8_t*>(dy) + at + ow * s[4], dy_lut8_, pixel, p_.Cout_g);
+                ks_.widen8(static_cast<const std::uint8_t*>(dy) + at + ow * s[4], dy_reader_.bf16_table(),
+                           pixel, p_.Cout_g);
               } else {
                 std::memcpy(pixel, static_cast<const std::uint16_t*>(dy) + at + ow * s[4],
                             static_cast<std::size_t>(p_.Cout_g) * 2);
@@ -581,11 +573,18 @@ class GemmEngine final : public EngineImpl {
     const int max_m = amx ? kAmxMaxM : config_.max_m[b.nv];
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
     const std::int64_t row_floats = W.in * cbw, plane_floats = (ih1 - ih0) * row_floats;
+    const std::int64_t c0 = g * p_.Cin_g + b.ci0;  // the block's first channel of y
     // Row tiles of a full block write straight into an fp32 y with contiguous channels (the same values
     // store_tile would copy there).
-    const auto& ys = p_.y_strides;
     const bool y_direct = !amx && !config_.plane_mode && !config_.staged && p_.y_dtype == DType::f32 &&
-                          ys[1] == 1 && valid == cbw;
+                          p_.y_strides[1] == 1 && valid == cbw;
+    // Whether any tap reaches y row ih of plane q; a row none reaches (a phase of a stride above the
+    // kernel, or a border) is zero.
+    const auto row_reached = [&](std::int64_t q, std::int64_t ih) {
+      const std::int64_t id = q % D.in;
+      return D.reaches(D.phases[static_cast<std::size_t>(D.phase_of(id))], D.j_of(id)) &&
+             H.reaches(H.phases[static_cast<std::size_t>(H.phase_of(ih))], H.j_of(ih));
+    };
     if (config_.plane_mode) std::fill(tile, tile + (q1 - q0) * plane_floats, 0.0f);
 
     // In plane mode the taps come in groups whose filter fits in L2, each reused across all planes.
@@ -598,16 +597,16 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t jh = H.j_of(ih);
           const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
           float* row = tile + (q - q0) * plane_floats + (ih - ih0) * row_floats;
-          // A row no tap reaches (a phase of a stride above the kernel, or a border) is zero: written
-          // directly, here or (staged) at the store below. In plane mode the tile is zeroed already.
-          if (!config_.plane_mode && !(D.reaches(PD, jd) && H.reaches(PH, jh))) {
-            if (!config_.staged) zero_y(W.in, valid, n, g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+          // Rows no tap reaches are written as zeros directly, here or (staged) at the store below. In plane
+          // mode the tile is zeroed already.
+          if (!config_.plane_mode && !row_reached(q, ih)) {
+            if (!config_.staged) zero_y(W.in, valid, n, c0, id, ih, 0, 1, y);
             continue;
           }
           for (const AxisPhase& PW : W.phases) {
             if (PW.count == 0) continue;
             if (PW.taps.empty() && !config_.plane_mode && !config_.staged) {
-              zero_y(PW.count, valid, n, g * p_.Cin_g + b.ci0, id, ih, PW.first, W.stride, y);
+              zero_y(PW.count, valid, n, c0, id, ih, PW.first, W.stride, y);
               continue;
             }
             const std::int64_t nblk = ceil_div(PW.count, max_m);
@@ -642,12 +641,12 @@ class GemmEngine final : public EngineImpl {
               } else if (config_.staged) {
                 fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
               } else if (y_direct) {
-                float* at = static_cast<float*>(y) + n * ys[0] + (g * p_.Cin_g + b.ci0) * ys[1] + id * ys[2] +
-                            ih * ys[3] + iw0 * ys[4];
-                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, W.stride * ys[4], false});
+                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps,
+                                static_cast<float*>(y) + y_at(n, c0, id, ih, iw0), W.stride * p_.y_strides[4],
+                                false});
               } else {
                 fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
-                store_tile(tile, m, cbw, valid, n, g * p_.Cin_g + b.ci0, id, ih, iw0, W.stride, y);
+                store_tile(tile, m, cbw, valid, n, c0, id, ih, iw0, W.stride, y);
               }
             }
           }
@@ -655,19 +654,14 @@ class GemmEngine final : public EngineImpl {
       }
     }
     if (config_.staged)
-      for (std::int64_t q = q0; q < q1; ++q) {
-        const std::int64_t id = q % D.in, jd = D.j_of(id);
-        const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
+      for (std::int64_t q = q0; q < q1; ++q)
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
-          if (config_.plane_mode ||
-              (D.reaches(PD, jd) &&
-               H.reaches(H.phases[static_cast<std::size_t>(H.phase_of(ih))], H.j_of(ih))))
+          if (config_.plane_mode || row_reached(q, ih))
             store_tile(tile + (q - q0) * plane_floats + (ih - ih0) * row_floats, W.in, cbw, valid, q / D.in,
-                       g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+                       c0, q % D.in, ih, 0, 1, y);
           else
-            zero_y(W.in, valid, q / D.in, g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+            zero_y(W.in, valid, q / D.in, c0, q % D.in, ih, 0, 1, y);
         }
-      }
   }
 
   // One flat task: y plane q = t % tasks_per_block_ of one channel block. Each (H phase, W phase) pair's
@@ -804,12 +798,18 @@ class GemmEngine final : public EngineImpl {
     return ntaps;
   }
 
+  // The element offset of y[n][c][id][ih][iw].
+  std::int64_t y_at(std::int64_t n, std::int64_t c, std::int64_t id, std::int64_t ih, std::int64_t iw) const {
+    const auto& s = p_.y_strides;
+    return n * s[0] + c * s[1] + id * s[2] + ih * s[3] + iw * s[4];
+  }
+
   // Writes tile [m][cbw] (valid channels from c0) to y pixels iw0, iw0 + step, ... of row (n, id, ih).
   void store_tile(const float* tile, std::int64_t m, std::int64_t cbw, int valid, std::int64_t n,
                   std::int64_t c0, std::int64_t id, std::int64_t ih, std::int64_t iw0, std::int64_t step,
                   void* y) const {
     const auto& s = p_.y_strides;
-    const std::int64_t base = n * s[0] + c0 * s[1] + id * s[2] + ih * s[3] + iw0 * s[4], ps = step * s[4];
+    const std::int64_t base = y_at(n, c0, id, ih, iw0), ps = step * s[4];
     if (s[1] == 1 && p_.y_dtype == DType::bf16 && ks_.store_rows_bf16) {
       ks_.store_rows_bf16(tile, cbw, m, valid, static_cast<std::uint16_t*>(y) + base, ps,
                           p_.overflow == OverflowMode::saturate);
@@ -830,7 +830,7 @@ class GemmEngine final : public EngineImpl {
               std::int64_t iw0, std::int64_t step, void* y) const {
     const auto& s = p_.y_strides;
     const std::int64_t es = static_cast<std::int64_t>(dtype_size(p_.y_dtype)), ps = step * s[4];
-    char* base = static_cast<char*>(y) + (n * s[0] + c0 * s[1] + id * s[2] + ih * s[3] + iw0 * s[4]) * es;
+    char* base = static_cast<char*>(y) + y_at(n, c0, id, ih, iw0) * es;
     const auto zero = [&](std::int64_t at, std::int64_t count) {
       std::memset(base + at * es, 0, static_cast<std::size_t>(count * es));
     };
@@ -880,7 +880,6 @@ class GemmEngine final : public EngineImpl {
   std::vector<std::pair<std::int64_t, std::int64_t>>
       dh_groups_;  // [begin, end) of kd * kH + kh per tap group
   Reader dy_reader_, w_reader_;
-  std::uint16_t w_lut8_[256] = {}, dy_lut8_[256] = {};  // an 8-bit filter's or dy's codes as bf16 (exact)
 };
 
 }  // namespace

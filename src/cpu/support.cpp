@@ -96,7 +96,7 @@ bool Reader::widens(const KernelSet& ks) const {
     case Kind::fp16:
       return ks.fp16_to_f32 != nullptr;
     case Kind::lut8:
-      return lut_bf16_exact_ && ks.widen8 != nullptr && ks.bf16_to_f32 != nullptr;
+      return bf16_table() != nullptr && ks.widen8 != nullptr && ks.bf16_to_f32 != nullptr;
     default:
       return false;
   }
