@@ -361,6 +361,26 @@ bool arm_cleanup(const std::string& temp) {
   return true;
 }
 
+// Holds the cleanup signals back from the calling thread while the temporary file is created and the
+// handler armed: a signal in between would otherwise stop the process by its default action and leave the
+// file (the CLI creates its writer before any worker thread exists, so this thread is the one to receive it).
+// A signal held back is delivered, to the armed handler, when the mask is restored.
+class CleanupSignalsHeld {
+ public:
+  CleanupSignalsHeld() {
+    sigset_t held;
+    sigemptyset(&held);
+    for (int sig : kCleanupSignals) sigaddset(&held, sig);
+    ::pthread_sigmask(SIG_BLOCK, &held, &previous_);
+  }
+  ~CleanupSignalsHeld() { ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  CleanupSignalsHeld(const CleanupSignalsHeld&) = delete;
+  CleanupSignalsHeld& operator=(const CleanupSignalsHeld&) = delete;
+
+ private:
+  sigset_t previous_;
+};
+
 void disarm_cleanup() {
   for (std::size_t i = 0; i < kSignals; ++i)
     if (g_replaced[i]) ::sigaction(kCleanupSignals[i], &g_previous[i], nullptr);
@@ -411,12 +431,15 @@ AtomicWriter::AtomicWriter(std::string path) : path_(std::move(path)) {
   const std::filesystem::path target(target_);
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   std::string name = dir + "/.c3dx-XXXXXX";  // short, so any name the directory takes works
-  fd_ = ::mkostemp(name.data(), O_CLOEXEC);
-  if (fd_ < 0)
-    throw NpyError(
-        system_error("cannot create the output file " + path_ + " (temporary file in " + dir + ")"));
-  temp_ = name;
-  armed_ = arm_cleanup(temp_);
+  {
+    const CleanupSignalsHeld held;
+    fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd_ < 0)
+      throw NpyError(
+          system_error("cannot create the output file " + path_ + " (temporary file in " + dir + ")"));
+    temp_ = name;
+    armed_ = arm_cleanup(temp_);
+  }
   // The file keeps its owner (where the system allows) and mode; a new one gets 0666 less the umask.
   if (exists) {
     if ((st.st_uid != ::geteuid() || st.st_gid != ::getegid()) && ::fchown(fd_, st.st_uid, st.st_gid) != 0 &&
