@@ -166,6 +166,31 @@ TEST_P(CpuIsa, GroupsDilationsAndLargeStrides) {
   expect_counts(4);  // fp32: 2 data formats x 2 cases
 }
 
+// NCDHW dy and y of every dtype (and HF32) across the blocks their conversions work in: dy rows of more
+// than 256 pixels, 17 and 33 output channels (past 16 channels and 16 pairs, odd for the pair padding), y
+// rows of more than 64 pixels, stride 1 and 2 (W phases stored from a staged row).
+TEST_P(CpuIsa, NcdhwConversionsAcrossBlocks) {
+  std::mt19937_64 rng(37);
+  for (DType t : kAllDtypes)
+    for (bool hf32 : {false, true})
+      for (std::int64_t cout : {17, 33})
+        for (std::int64_t s : {1, 2}) {
+          if (hf32 && t != DType::f32) continue;
+          Case c = with_dtype(Case{}, t);
+          c.data_format = Layout::NCDHW;
+          c.hf32 = hf32;
+          c.Cin = 19;
+          c.Cout = cout;
+          c.in = {1, 2, s == 1 ? 262 : 140};
+          c.kernel = {1, 2, 3};
+          c.stride = {1, 1, s};
+          c.pad_front = {0, 1, 1};
+          c.pad_back = {0, 0, 2};
+          check(c, rng, cout == 17 ? Fill::random : Fill::small_integers);
+        }
+  expect_counts(12);  // fp32, HF32 and fp16: 3 x 2 x 2
+}
+
 // Inputs of different dtypes (the Problem allows them; the operator front end promotes): fp16 dy with a
 // bf16 filter computes in fp32; bf16 dy with an fp8 filter can use bf16 pairs.
 TEST_P(CpuIsa, MixedInputDtypes) {
@@ -909,15 +934,20 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
         std::vector<float> a(static_cast<std::size_t>(nr * (nc + 3)));
         for (auto& v : a) v = values[static_cast<std::size_t>(any(rng) % static_cast<std::uint32_t>(n))];
         std::vector<float> yf(static_cast<std::size_t>(nc * (nr + 2)), -1.0f);
-        std::vector<std::uint16_t> yb(yf.size(), 0xAAAA);
-        ks.store_transposed(a.data(), false, nc + 3, nr, nc, yf.data(), false, nr + 2, false);
-        ks.store_transposed(a.data(), false, nc + 3, nr, nc, yb.data(), true, nr + 2, true);
+        std::vector<std::uint16_t> yb(yf.size(), 0xAAAA), yh(yf.size(), 0xAAAA), yh_sat(yf.size(), 0xAAAA);
+        ks.store_transposed(a.data(), false, nc + 3, nr, nc, yf.data(), cpu::StoreType::f32, nr + 2, false);
+        ks.store_transposed(a.data(), false, nc + 3, nr, nc, yb.data(), cpu::StoreType::bf16, nr + 2, true);
+        ks.store_transposed(a.data(), false, nc + 3, nr, nc, yh.data(), cpu::StoreType::fp16, nr + 2, false);
+        ks.store_transposed(a.data(), false, nc + 3, nr, nc, yh_sat.data(), cpu::StoreType::fp16, nr + 2,
+                            true);
         for (std::int64_t c = 0; c < nc; ++c)
           for (std::int64_t r = 0; r < nr + 2; ++r) {
             const auto at = static_cast<std::size_t>(c * (nr + 2) + r);
             const float want = r < nr ? a[static_cast<std::size_t>(r * (nc + 3) + c)] : -1.0f;
             ASSERT_EQ(std::bit_cast<std::uint32_t>(yf[at]), std::bit_cast<std::uint32_t>(want));
             ASSERT_EQ(yb[at], r < nr ? numeric::f32_to_bf16(want, true) : 0xAAAA);
+            ASSERT_EQ(yh[at], r < nr ? numeric::f32_to_fp16(want, false) : 0xAAAA) << want;
+            ASSERT_EQ(yh_sat[at], r < nr ? numeric::f32_to_fp16(want, true) : 0xAAAA) << want;
           }
       }
   }

@@ -280,7 +280,7 @@ class GemmEngine final : public EngineImpl {
       for (std::int64_t t = 0; t < taps_; ++t) {
         const std::int64_t src = g * p_.Cout_g + b.ci0 * s[1] + tap_src_[static_cast<std::size_t>(t)];
         ks_.store_transposed(static_cast<const char*>(filter) + src * esize, bf16, s[1], valid, p_.Cout_g,
-                             dst + tap_pos(t) * tap_step, false, cbw, false);
+                             dst + tap_pos(t) * tap_step, StoreType::f32, cbw, false);
       }
       return true;
     }
@@ -300,7 +300,7 @@ class GemmEngine final : public EngineImpl {
         w_reader_.widen(ks_, filter, src, valid * taps_, units.data());
         run = units.data();
       }
-      ks_.store_transposed(run, false, taps_, valid, taps_, transposed.data(), false, cbw, false);
+      ks_.store_transposed(run, false, taps_, valid, taps_, transposed.data(), StoreType::f32, cbw, false);
       for (std::int64_t t = 0; t < taps_; ++t)
         std::memcpy(dst_co + tap_pos(t) * tap_step, transposed.data() + t * cbw,
                     static_cast<std::size_t>(valid) * 4);
@@ -362,7 +362,8 @@ class GemmEngine final : public EngineImpl {
       } else if (ncdhw) {
         ks_.interleave_bf16(as_bf16(src0, valid * taps_, wide0), as_bf16(src1, valid * taps_, wide1),
                             reinterpret_cast<std::uint16_t*>(units.data()), valid * taps_);
-        ks_.store_transposed(units.data(), false, taps_, valid, taps_, transposed.data(), false, cbw, false);
+        ks_.store_transposed(units.data(), false, taps_, valid, taps_, transposed.data(), StoreType::f32, cbw,
+                             false);
         for (std::int64_t t = 0; t < taps_; ++t)
           std::memcpy(dst_co + tap_pos(t) * tap_step, transposed.data() + t * cbw,
                       static_cast<std::size_t>(valid) * 4);
@@ -503,12 +504,61 @@ class GemmEngine final : public EngineImpl {
               }
             }
             ks_.store_transposed(static_cast<const char*>(dy) + at * esize, src_bf16, s[1], p_.Cout_g,
-                                 p_.dy_size[2], row, bf16_, kpad_, false);
+                                 p_.dy_size[2], row, bf16_ ? StoreType::bf16 : StoreType::f32, kpad_, false);
           }
           if (pairs)
             tiny[static_cast<std::size_t>(r)] = any;
           else
             scan_plane(r);
+        }
+      });
+      return any_tiny();
+    }
+    // Other dy with contiguous W (NCDHW) that vector kernels bring to the compute type (fp16, 8-bit, fp32
+    // rounded to HF32; bf16 whose channels are padded): per row, blocks of channels (16, or 16 pairs) x 256
+    // pixels are converted into a buffer, padding channels as zero rows, and transposed into place.
+    const bool blocks =
+        std::is_same_v<T, float> ? ks_.store_transposed && to_f32 : ks_.transpose_bf16_pairs && to_pairs;
+    if (s[4] == 1 && blocks) {
+      parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
+        constexpr std::int64_t kRows = std::is_same_v<T, float> ? 16 : 32, kPixels = 256;
+        alignas(64) T buf[kRows * kPixels];
+        for (std::int64_t r = begin; r < end; ++r) {
+          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
+                             n = r / p_.dy_size[0] / p_.G;
+          bool any = false;
+          zero_halo_rows(out + r * dy_d_);
+          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
+            const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
+            T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
+            zero_halo(row);
+            for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
+              const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
+              for (std::int64_t c0 = 0; c0 < kpad_; c0 += kRows) {
+                const std::int64_t nc = std::min(kRows, kpad_ - c0);
+                for (std::int64_t c = 0; c < nc; ++c) {
+                  T* dst = buf + c * kPixels;
+                  const std::int64_t co = c0 + c, src = at + co * s[1] + w0;
+                  if (co >= p_.Cout_g) {
+                    std::fill(dst, dst + nw, T{0});
+                  } else if constexpr (std::is_same_v<T, float>) {
+                    dy_reader_.widen(ks_, dy, src, nw, dst);
+                  } else if (dy_8bit) {
+                    ks_.widen8(static_cast<const std::uint8_t*>(dy) + src, dy_reader_.bf16_table(), dst, nw);
+                  } else {
+                    std::memcpy(dst, static_cast<const std::uint16_t*>(dy) + src,
+                                static_cast<std::size_t>(nw) * 2);
+                  }
+                }
+                T* at_row = row + w0 * kpad_ + c0;
+                if constexpr (std::is_same_v<T, float>)
+                  ks_.store_transposed(buf, false, kPixels, nc, nw, at_row, StoreType::f32, kpad_, false);
+                else
+                  any |= ks_.transpose_bf16_pairs(buf, kPixels, nc, nw, at_row, kpad_);
+              }
+            }
+          }
+          if (scan) tiny[static_cast<std::size_t>(r)] = any;
         }
       });
       return any_tiny();
@@ -815,10 +865,20 @@ class GemmEngine final : public EngineImpl {
                           p_.overflow == OverflowMode::saturate);
     } else if (s[1] == 1) {  // channels contiguous: one run per pixel
       for (std::int64_t p = 0; p < m; ++p) store_run(p_, ks_, tile + p * cbw, 1, y, base + p * ps, 1, valid);
-    } else if (ps == 1 && ks_.store_transposed && (p_.y_dtype == DType::f32 || p_.y_dtype == DType::bf16)) {
+    } else if (ps == 1 && ks_.store_transposed && transposed_store_type(p_.y_dtype)) {
       void* at = static_cast<char*>(y) + base * static_cast<std::int64_t>(dtype_size(p_.y_dtype));
-      ks_.store_transposed(tile, false, cbw, m, valid, at, p_.y_dtype == DType::bf16, s[1],
+      ks_.store_transposed(tile, false, cbw, m, valid, at, *transposed_store_type(p_.y_dtype), s[1],
                            p_.overflow == OverflowMode::saturate);
+    } else if (ps == 1 && ks_.store_transposed) {
+      // 8-bit y: blocks of pixels transposed to one fp32 run per channel, each encoded as a whole.
+      constexpr std::int64_t kPixels = 64;
+      alignas(64) float runs[kMaxNv * 16 * kPixels];
+      for (std::int64_t p0 = 0; p0 < m; p0 += kPixels) {
+        const std::int64_t np = std::min(kPixels, m - p0);
+        ks_.store_transposed(tile + p0 * cbw, false, cbw, np, valid, runs, StoreType::f32, kPixels, false);
+        for (std::int64_t c = 0; c < valid; ++c)
+          store_run(p_, ks_, runs + c * kPixels, 1, y, base + c * s[1] + p0, 1, np);
+      }
     } else {  // one run per channel across the pixels
       for (std::int64_t c = 0; c < valid; ++c) store_run(p_, ks_, tile + c, cbw, y, base + c * s[1], ps, m);
     }

@@ -8,6 +8,9 @@
 
 namespace conv3d_dx::cpu {
 
+// The element type store_transposed writes.
+enum class StoreType : std::uint8_t { f32, bf16, fp16 };
+
 // Reduction step s < k of tap t for pixel p of the tile reads dy[dy_off + p * dy_ps + s * dy_cs] (one fp32
 // value, or a bf16 pair of channels, then dy_cs is 2); only pixels in [lo, hi) have that tap inside dy.
 // w: the packed filter of the tap for this channel block, [k][NV * lanes] fp32 or [k][NV * lanes][2] bf16.
@@ -83,9 +86,9 @@ struct KernelSet {
   // Whether any of n bf16 values is an infinity or a NaN. Null where the ISA has none.
   bool (*any_nonfinite_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
   // y[c * y_cs + r] = a[r * a_rs + c] for r < nr, c < nc: a transposing store. a is fp32 or bf16 (a_bf16),
-  // y fp32 or bf16 (y_bf16: rounded as to_bf16 does). Null where the ISA has none.
+  // y fp32, or bf16 or fp16 rounded as to_bf16 or to_fp16 do. Null where the ISA has none.
   void (*store_transposed)(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
-                           void* y, bool y_bf16, std::int64_t y_cs, bool saturate) = nullptr;
+                           void* y, StoreType y_type, std::int64_t y_cs, bool saturate) = nullptr;
   // y[c * y_ps + r] = a[r * a_rs + c] for r < nr (even), c < nc: a bf16 transpose by channel pairs (rows r,
   // r + 1 become one 32-bit unit of pixel c), bits unchanged. Returns whether a moved value is tiny
   // (tiny_bf16 in support.hpp). Null where the ISA has none.

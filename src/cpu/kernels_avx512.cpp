@@ -159,6 +159,18 @@ CONV3D_DX_INLINE bool has_nan(__m512 v, __mmask16 m) {
   return _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q) != 0;
 }
 
+// 16 fp32 -> 16 fp16, round to nearest even; saturate clamps overflow and inf to +-65504. NaN lanes must be
+// handled by the caller (numeric's encoding).
+CONV3D_DX_INLINE __m256i fp16_round(__m512 v, bool saturate) {
+  // (maskz forms: GCC 12 warns about the undefined pass-through of the plain ones)
+  if (saturate) {
+    const __m512 max = _mm512_set1_ps(65504.0f);
+    v = _mm512_maskz_max_ps(0xFFFF, _mm512_maskz_min_ps(0xFFFF, v, max),
+                            _mm512_sub_ps(_mm512_setzero_ps(), max));
+  }
+  return _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
 void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
   std::int64_t i = 0;
   // Whole vectors: unmasked loads and stores; NaN lanes are rare and go through numeric.
@@ -207,21 +219,15 @@ void store_rows_bf16(const float* a, std::int64_t a_rs, std::int64_t nr, std::in
 }
 
 void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) {
-  const __m512 max = _mm512_set1_ps(65504.0f);
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail16(n - i);
-    __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
     if (has_nan(v, m)) {
       for (std::int64_t k = i; k < std::min<std::int64_t>(n, i + 16); ++k)
         dst[k] = numeric::f32_to_fp16(src[k], saturate);
       continue;
     }
-    // (maskz forms: GCC 12 warns about the undefined pass-through of the plain ones)
-    if (saturate)
-      v = _mm512_maskz_max_ps(0xFFFF, _mm512_maskz_min_ps(0xFFFF, v, max),
-                              _mm512_sub_ps(_mm512_setzero_ps(), max));
-    const __m256i h = _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_mask_storeu_epi16(dst + i, m, h);
+    _mm256_mask_storeu_epi16(dst + i, m, fp16_round(v, saturate));
   }
 }
 
@@ -395,7 +401,7 @@ CONV3D_DX_INLINE void transpose16(__m512 (&r)[16]) {
 }
 
 void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
-                      void* y, bool y_bf16, std::int64_t y_cs, bool saturate) {
+                      void* y, StoreType y_type, std::int64_t y_cs, bool saturate) {
   for (std::int64_t r0 = 0; r0 < nr; r0 += 16) {
     const std::int64_t rn = std::min<std::int64_t>(16, nr - r0);
     const __mmask16 rmask = tail16(rn);
@@ -419,15 +425,18 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
       static_for<0, 16>([&](auto c) __attribute__((always_inline)) {
         if (c >= cn) return;
         const std::int64_t at = (c0 + c) * y_cs + r0;
-        if (!y_bf16) {
+        const bool bf16 = y_type == StoreType::bf16;
+        if (y_type == StoreType::f32) {
           _mm512_mask_storeu_ps(static_cast<float*>(y) + at, rmask, t[c]);
         } else if (has_nan(t[c], rmask)) {
           alignas(64) float v[16];
           _mm512_store_ps(v, t[c]);
           for (int k = 0; k < rn; ++k)
-            static_cast<std::uint16_t*>(y)[at + k] = numeric::f32_to_bf16(v[k], saturate);
+            static_cast<std::uint16_t*>(y)[at + k] =
+                bf16 ? numeric::f32_to_bf16(v[k], saturate) : numeric::f32_to_fp16(v[k], saturate);
         } else {
-          _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(y) + at, rmask, bf16_round(t[c], saturate));
+          _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(y) + at, rmask,
+                                   bf16 ? bf16_round(t[c], saturate) : fp16_round(t[c], saturate));
         }
       });
     }

@@ -1,6 +1,7 @@
 #include "cpu/pixel_engine.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "common/parallel.hpp"
@@ -231,8 +232,8 @@ class PixelEngine final : public EngineImpl {
                        tile_group = ci_ * rows_ * width;  // bytes, floats
     const char* w_g0 = static_cast<const char*>(wpack_.get()) + g0 * w_group;
     const auto& s = p_.y_strides;
-    const bool transpose = s[1] == 1 && ks_.store_transposed && g1 - g0 > 1 &&
-                           (p_.y_dtype == DType::f32 || p_.y_dtype == DType::bf16);
+    const std::optional<StoreType> y_type = transposed_store_type(p_.y_dtype);
+    const bool transpose = s[1] == 1 && ks_.store_transposed && g1 - g0 > 1 && y_type;
     const std::int64_t nch = (g1 - g0) * ci_;
 
     for (const AxisPhase& PW : W.phases) {
@@ -282,8 +283,8 @@ class PixelEngine final : public EngineImpl {
           } else if (transpose) {
             ks_.store_transposed(
                 tile + r * width, false, rows_ * width, nch, m,
-                static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p_.y_dtype)),
-                p_.y_dtype == DType::bf16, ps, p_.overflow == OverflowMode::saturate);
+                static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p_.y_dtype)), *y_type, ps,
+                p_.overflow == OverflowMode::saturate);
           } else {
             for (std::int64_t c = 0; c < nch; ++c)
               store_run(p_, ks_, tile + (c * rows_ + r) * width, 1, y, at + c * s[1], ps, m);

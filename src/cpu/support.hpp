@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/engine.hpp"
@@ -123,6 +124,14 @@ inline void put(std::uint16_t* dst, std::int64_t i, float v) {
   std::uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
   dst[i] = static_cast<std::uint16_t>(bits >> 16);
+}
+
+// The type store_transposed writes for y of dtype t; none for the 8-bit types (store_run writes those).
+inline std::optional<StoreType> transposed_store_type(DType t) {
+  if (t == DType::f32) return StoreType::f32;
+  if (t == DType::bf16) return StoreType::bf16;
+  if (t == DType::f16) return StoreType::fp16;
+  return std::nullopt;
 }
 
 // y[at + i * y_stride] = src[i * src_stride] for i < n, rounded to y's dtype with the problem's overflow
