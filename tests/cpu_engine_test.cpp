@@ -631,8 +631,8 @@ void scale_bf16(Tensor& t, int e) {
 // vdpbf16ps treats denormal inputs as zero and flushes denormal products and partial sums. On small
 // integers scaled to tiny magnitudes (bf16 subnormal inputs; products down to 2^-149; sums whose partial
 // values pass through the denormal range) every fp32 sum is still exact, so y must equal the exact sums:
-// the bf16 engines (GEMM, pixel and pointwise, both layouts, even and odd Cout for in-place and converted
-// dy) switch to exact kernels; and 1 and 2 threads give the same bits.
+// the bf16 engines (GEMM with NCDHW and DHWCN filters, pixel and pointwise, both layouts, even and odd Cout
+// for in-place and converted dy) switch to exact kernels; and 1 and 2 threads give the same bits.
 TEST(CpuBf16, TinyInputsAreExact) {
   if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
   std::mt19937_64 rng(113);
@@ -640,15 +640,17 @@ TEST(CpuBf16, TinyInputsAreExact) {
   // (dy exponent, filter exponent): both tiny; dy subnormal only; filter subnormal only; products 2^-149.
   const std::pair<int, int> scales[] = {{-64, -64}, {-130, 0}, {0, -130}, {-70, -79}};
   // GEMM, pixel, pointwise, GEMM on AMX tiles over flat planes and along rows (where the CPU has AMX)
-  for (int kind : {0, 1, 2, 3, 4})
+  for (int kind : {0, 1, 2, 3, 4, 5})
     for (Layout fmt : kDataFormats)
       for (std::int64_t cout : {4, 5})
         for (auto [dy_e, w_e] : scales) {
-          const bool pixel = kind == 1, pointwise = kind == 2, on_amx = kind >= 3;
+          // kind 5: GEMM with a DHWCN filter (packed by a transpose of channel pairs)
+          const bool pixel = kind == 1, pointwise = kind == 2, on_amx = kind == 3 || kind == 4;
           if ((pointwise && fmt != Layout::NCDHW) || (on_amx && !amx)) continue;
           Case c = with_dtype(Case{}, DType::bf16);
           c.y_dtype = DType::f32;
           c.data_format = fmt;
+          if (kind == 5) c.filter_format = Layout::DHWCN;
           c.Cin = pixel ? 3 : 19;
           c.Cout = cout;
           c.strided_views = dy_e == -130 && !pointwise;  // dy scanned in place with gaps between pixels

@@ -347,6 +347,27 @@ class GemmEngine final : public EngineImpl {
         return static_cast<const std::uint16_t*>(buf.data());
       }
     };
+    // Output channels contiguous (DHWCN): per tap, in the [ci][co] block (8-bit codes widened to bf16 first,
+    // rows padded to an even length) each pair of output channels is one 32-bit unit, and the packed
+    // [pair][ci] units are its transpose.
+    if (s[0] == 1 && ks_.store_transposed) {
+      const std::int64_t pairs = (p_.Cout_g + 1) / 2;
+      std::vector<std::uint16_t> block(static_cast<std::size_t>(valid * pairs * 2), 0);
+      for (std::int64_t t = 0; t < taps_; ++t) {
+        const Src* src = filter + g * p_.Cout_g + b.ci0 * s[1] + tap_src_[static_cast<std::size_t>(t)];
+        for (std::int64_t c = 0; c < valid; ++c) {
+          std::uint16_t* row = block.data() + c * pairs * 2;
+          if constexpr (std::is_same_v<Src, std::uint16_t>)
+            std::memcpy(row, src + c * s[1], static_cast<std::size_t>(p_.Cout_g) * 2);
+          else
+            ks_.widen8(src + c * s[1], w_reader_.bf16_table(), row, p_.Cout_g);
+        }
+        ks_.store_transposed(block.data(), false, pairs, valid, pairs, dst + tap_pos(t) * tap_step,
+                             StoreType::f32, cbw, false);
+      }
+      const std::int64_t n = taps_ * tap_step;
+      return ks_.any_tiny_bf16(dst, n) || (config_.amx && ks_.any_nonfinite_bf16(dst, n));
+    }
     bool special = false;
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
       const Src* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
