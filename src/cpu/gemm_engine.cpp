@@ -262,8 +262,9 @@ class GemmEngine final : public EngineImpl {
   // pack_block for the fp32 kernels with a filter the reader widens by vector kernels (fp32, bf16, fp16,
   // 8-bit): per tap a widened run when input channels are contiguous; for a dense NCDHW filter, per output
   // channel its [ci][tap] run (widened first unless fp32) transposed to [tap][ci] by a vector kernel, then
-  // copied to the taps' packed places; an fp32 or bf16 filter with contiguous output channels transposed
-  // tap by tap. Returns false, packing nothing, for other layouts.
+  // copied to the taps' packed places; a filter with contiguous output channels transposed tap by tap (fp32
+  // and bf16 in place, other types widened row by row first). Returns false, packing nothing, for other
+  // layouts.
   bool pack_f32_block(const void* filter, std::int64_t g, const Block& b, float* wpack) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
@@ -272,15 +273,23 @@ class GemmEngine final : public EngineImpl {
     const bool f32 = p_.filter_dtype == DType::f32 && p_.input_rounding == InputRounding::none,
                bf16 = p_.filter_dtype == DType::bf16;
     // Output channels contiguous (DHWCN): per tap, the [ci][co] matrix is the packed [co][ci] transposed.
-    const bool cout_contiguous = s[0] == 1 && ks_.store_transposed && (f32 || bf16);
+    const bool cout_contiguous = s[0] == 1 && ks_.store_transposed;
     if (s[1] != 1 && !ncdhw && !cout_contiguous) return false;
     float* dst = wpack + g * group_w_ + b.w_off;
     if (s[1] != 1 && !ncdhw) {
-      const std::int64_t esize = bf16 ? 2 : 4;
+      const bool in_place = f32 || bf16;
+      std::vector<float> rows(in_place ? 0 : static_cast<std::size_t>(valid * p_.Cout_g));
       for (std::int64_t t = 0; t < taps_; ++t) {
         const std::int64_t src = g * p_.Cout_g + b.ci0 * s[1] + tap_src_[static_cast<std::size_t>(t)];
-        ks_.store_transposed(static_cast<const char*>(filter) + src * esize, bf16, s[1], valid, p_.Cout_g,
-                             dst + tap_pos(t) * tap_step, StoreType::f32, cbw, false);
+        float* to = dst + tap_pos(t) * tap_step;
+        if (in_place) {
+          ks_.store_transposed(static_cast<const char*>(filter) + src * (bf16 ? 2 : 4), bf16, s[1], valid,
+                               p_.Cout_g, to, StoreType::f32, cbw, false);
+          continue;
+        }
+        for (std::int64_t c = 0; c < valid; ++c)
+          w_reader_.widen(ks_, filter, src + c * s[1], p_.Cout_g, rows.data() + c * p_.Cout_g);
+        ks_.store_transposed(rows.data(), false, p_.Cout_g, valid, p_.Cout_g, to, StoreType::f32, cbw, false);
       }
       return true;
     }
