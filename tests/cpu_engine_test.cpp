@@ -460,18 +460,20 @@ TEST_P(CpuPixel, TileEdges) {
 }
 
 // Channel-last y is written in blocks of groups covering 16 channels: full and partial blocks, Cin_g 1 and 2;
-// channel-first y with W stride 2 through rows staged across the W phases (odd and even widths).
+// channel-first y with W stride 2 through rows staged across the W phases (odd and even widths). Rows of
+// channel-last dy (74 channels) longer than the 55 pixels its fp32 conversion transposes at a time.
 TEST_P(CpuPixel, DepthwiseAndGroupedBlocks) {
   std::mt19937_64 rng(101);
-  for (DType t : {DType::f32, DType::bf16, DType::hif8})
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::hif8})
     for (std::int64_t cin_g : {1, 2})
       for (std::int64_t s : {1, 2}) {
         Case c = with_dtype(Case{}, t);
-        c.data_format = t != DType::f32 ? Layout::NCDHW : Layout::NDHWC;  // staged rows too
+        const bool ndhwc = t == DType::f32 || t == DType::f16;
+        c.data_format = ndhwc ? Layout::NDHWC : Layout::NCDHW;  // staged rows too
         c.groups = 37;
         c.Cin = 37 * cin_g;
         c.Cout = 37 * 2;
-        c.in = {2, 7, 18 + cin_g};
+        c.in = {2, 7, (ndhwc ? 60 * s : 18) + cin_g};
         c.stride = {1, s, s};
         c.pad_front = {1, 1, 0};
         c.pad_back = {1, 0, 2};
@@ -479,7 +481,7 @@ TEST_P(CpuPixel, DepthwiseAndGroupedBlocks) {
         c.y_dtype = DType::f32;
         check(c, rng, Fill::small_integers);
       }
-  expect_counts(8);  // fp32: 2 channel counts x 2 strides x 2 cases
+  expect_counts(16);  // fp32 and fp16: 2 channel counts x 2 strides x 2 cases
 }
 
 TEST_P(CpuPixel, BitwiseIdenticalAcrossThreadCounts) {

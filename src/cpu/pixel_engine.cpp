@@ -172,6 +172,43 @@ class PixelEngine final : public EngineImpl {
     const bool scan = lanes == 2 && p_.dy_dtype == DType::bf16;
     std::vector<unsigned char> tiny(static_cast<std::size_t>(scan ? p_.N * p_.G * k_ : 0), 0);
     const bool interleave = scan && s[4] == 1 && ks_.interleave_bf16 != nullptr;
+    if constexpr (lanes == 1) {
+      if (dy_reader_.widens(ks_)) {
+        if (s[4] == 1) {  // rows of contiguous W, widened by vector kernels
+          parallel_for(threads_, p_.N * p_.G * k_, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t r = begin; r < end; ++r) {
+              const std::int64_t n = r / (p_.G * k_), c = r % (p_.G * k_);
+              for (std::int64_t od = 0; od < p_.dy_size[0]; ++od)
+                for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh)
+                  dy_reader_.widen(ks_, dy, n * s[0] + c * s[1] + od * s[2] + oh * s[3], p_.dy_size[2],
+                                   out + r * dy_c_ + od * dy_d_ + oh * dy_h_);
+            }
+          });
+          return false;
+        }
+        if (s[1] == 1 && ks_.store_transposed) {  // channels contiguous: pixels x channels transposed per row
+          const std::int64_t C = p_.G * p_.Cout_g, chunk = std::max<std::int64_t>(1, 4096 / C);
+          parallel_for(threads_, p_.N * p_.dy_size[0] * p_.dy_size[1],
+                       [&](std::int64_t begin, std::int64_t end) {
+                         std::vector<float> pixels(static_cast<std::size_t>(chunk * C));
+                         for (std::int64_t r = begin; r < end; ++r) {
+                           const std::int64_t oh = r % p_.dy_size[1], od = r / p_.dy_size[1] % p_.dy_size[0],
+                                              n = r / p_.dy_size[1] / p_.dy_size[0];
+                           for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += chunk) {
+                             const std::int64_t m = std::min(chunk, p_.dy_size[2] - w0),
+                                                at = n * s[0] + od * s[2] + oh * s[3] + w0 * s[4];
+                             for (std::int64_t w = 0; w < m; ++w)
+                               dy_reader_.widen(ks_, dy, at + w * s[4], C, pixels.data() + w * C);
+                             ks_.store_transposed(pixels.data(), false, C, m, C,
+                                                  out + n * dy_n_ + od * dy_d_ + oh * dy_h_ + w0,
+                                                  StoreType::f32, dy_c_, false);
+                           }
+                         }
+                       });
+          return false;
+        }
+      }
+    }
     dy_reader_.visit(dy, [&](auto get) {
       parallel_for(threads_, p_.N * p_.G * k_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
