@@ -642,17 +642,17 @@ TEST(CpuBf16, TinyInputsAreExact) {
   // (dy exponent, filter exponent): both tiny; dy subnormal only; filter subnormal only; products 2^-149.
   const std::pair<int, int> scales[] = {{-64, -64}, {-130, 0}, {0, -130}, {-70, -79}};
   // GEMM, pixel, pointwise, GEMM on AMX tiles over flat planes and along rows (where the CPU has AMX)
-  for (int kind : {0, 1, 2, 3, 4, 5})
+  for (int kind : {0, 1, 2, 3, 4, 5, 6})
     for (Layout fmt : kDataFormats)
       for (std::int64_t cout : {4, 5})
         for (auto [dy_e, w_e] : scales) {
-          // kind 5: GEMM with a DHWCN filter (packed by a transpose of channel pairs)
-          const bool pixel = kind == 1, pointwise = kind == 2, on_amx = kind == 3 || kind == 4;
+          // kinds 5 and 6: GEMM with a DHWCN filter (packed by a transpose of channel pairs), 6 on AMX
+          const bool pixel = kind == 1, pointwise = kind == 2, on_amx = kind == 3 || kind == 4 || kind == 6;
           if ((pointwise && fmt != Layout::NCDHW) || (on_amx && !amx)) continue;
           Case c = with_dtype(Case{}, DType::bf16);
           c.y_dtype = DType::f32;
           c.data_format = fmt;
-          if (kind == 5) c.filter_format = Layout::DHWCN;
+          if (kind >= 5) c.filter_format = Layout::DHWCN;
           c.Cin = pixel ? 3 : 19;
           c.Cout = cout;
           c.strided_views = dy_e == -130 && !pointwise;  // dy scanned in place with gaps between pixels

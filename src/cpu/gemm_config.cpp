@@ -39,7 +39,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // Channel blocks: as wide as the kernels go (4 vectors of 16 on AVX-512, 2 with AMX: 2 x 2 tiles of
   // 16 x 16 take the 8 tile registers with the two dy and two filter tiles), no wider than the channels.
   int nv = tuning.nv > 0 ? tuning.nv : c.amx ? 2 : (c.lanes == 16 ? 4 : 2);
-  if (c.amx) nv = std::min(nv, 2);
+  nv = std::min(nv, c.amx ? 2 : kMaxNv);
   while (nv > 1 && ks.max_m[nv] == 0) --nv;
   c.nv = static_cast<int>(std::min<std::int64_t>(nv, ceil_div(p.Cin_g, c.lanes)));
   for (int v = 1; v <= kMaxNv; ++v)

@@ -328,34 +328,14 @@ class GemmEngine final : public EngineImpl {
   // pack_block for a bf16 or 8-bit filter, moving bits with vector kernels: channel pairs interleaved
   // straight from the filter when its input channels are contiguous; otherwise, for an NCDHW filter (taps
   // dense, input channels T taps apart), each pair of output channels is interleaved into [ci][tap] units,
-  // transposed to [tap][ci] and copied to the taps' packed places. 8-bit codes are first widened to bf16 by
-  // table (exact), run by run. Same layout and result as pack_block.
+  // transposed to [tap][ci] and copied to the taps' packed places; for a DHWCN filter (output channels
+  // contiguous) each tap's [ci][co] block is transposed in 32-bit units (pairs). 8-bit codes are first
+  // widened to bf16 by table (exact), run by run. Same layout and result as pack_block.
   template <class Src>
   bool pack_bf16_block(const Src* filter, std::int64_t g, const Block& b, std::uint16_t* wpack) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
     std::uint16_t* dst = wpack + g * group_w_ + b.w_off;
-    const bool ncdhw = dense_ncdhw_filter(valid);
-    std::vector<float> units, transposed;
-    if (s[1] != 1 && ncdhw) {
-      units.resize(static_cast<std::size_t>(valid * taps_));
-      transposed.resize(static_cast<std::size_t>(taps_ * cbw));
-    }
-    // n elements from p as bf16: in place for a bf16 filter, widened into `buf` for an 8-bit one.
-    std::vector<std::uint16_t> wide0, wide1;
-    if constexpr (!std::is_same_v<Src, std::uint16_t>) {
-      wide0.resize(static_cast<std::size_t>(ncdhw ? valid * taps_ : valid));
-      wide1.resize(wide0.size());
-    }
-    const auto as_bf16 = [&](const Src* p, std::int64_t n, std::vector<std::uint16_t>& buf) {
-      if constexpr (std::is_same_v<Src, std::uint16_t>) {
-        return p;
-      } else {
-        if (p == nullptr) return static_cast<const std::uint16_t*>(nullptr);
-        ks_.widen8(p, w_reader_.bf16_table(), buf.data(), n);
-        return static_cast<const std::uint16_t*>(buf.data());
-      }
-    };
     // Output channels contiguous (DHWCN): per tap, in the [ci][co] block (8-bit codes widened to bf16 first,
     // rows padded to an even length) each pair of output channels is one 32-bit unit, and the packed
     // [pair][ci] units are its transpose.
@@ -377,6 +357,27 @@ class GemmEngine final : public EngineImpl {
       const std::int64_t n = taps_ * tap_step;
       return ks_.any_tiny_bf16(dst, n) || (config_.amx && ks_.any_nonfinite_bf16(dst, n));
     }
+    const bool ncdhw = dense_ncdhw_filter(valid);
+    std::vector<float> units, transposed;
+    if (s[1] != 1 && ncdhw) {
+      units.resize(static_cast<std::size_t>(valid * taps_));
+      transposed.resize(static_cast<std::size_t>(taps_ * cbw));
+    }
+    // n elements from p as bf16: in place for a bf16 filter, widened into `buf` for an 8-bit one.
+    std::vector<std::uint16_t> wide0, wide1;
+    if constexpr (!std::is_same_v<Src, std::uint16_t>) {
+      wide0.resize(static_cast<std::size_t>(ncdhw ? valid * taps_ : valid));
+      wide1.resize(wide0.size());
+    }
+    const auto as_bf16 = [&](const Src* p, std::int64_t n, std::vector<std::uint16_t>& buf) {
+      if constexpr (std::is_same_v<Src, std::uint16_t>) {
+        return p;
+      } else {
+        if (p == nullptr) return static_cast<const std::uint16_t*>(nullptr);
+        ks_.widen8(p, w_reader_.bf16_table(), buf.data(), n);
+        return static_cast<const std::uint16_t*>(buf.data());
+      }
+    };
     bool special = false;
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
       const Src* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
@@ -546,7 +547,8 @@ class GemmEngine final : public EngineImpl {
     }
     // Other dy with contiguous W (NCDHW) that vector kernels bring to the compute type (fp16, 8-bit, fp32
     // rounded to HF32; bf16 whose channels are padded): per row, blocks of channels (16, or 16 pairs) x 256
-    // pixels are converted into a buffer, padding channels as zero rows, and transposed into place.
+    // pixels are converted into a buffer (the pairs' padding channels as zero rows) and transposed into
+    // place.
     const bool blocks =
         std::is_same_v<T, float> ? ks_.store_transposed && to_f32 : ks_.transpose_bf16_pairs && to_pairs;
     if (s[4] == 1 && blocks) {
