@@ -679,16 +679,19 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t jh = H.j_of(ih);
           const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
           float* row = tile + (q - q0) * plane_floats + (ih - ih0) * row_floats;
-          // Rows no tap reaches are written as zeros directly, here or (staged) at the store below. In plane
-          // mode the tile is zeroed already.
+          // Rows (and W phases) no tap reaches are written as zeros directly, here or (staged) at the store
+          // below; in plane mode the tile is zeroed already. Here the task of the group's first channel block
+          // zeroes them for all the group's channels (longer runs with contiguous channels: a row is one)
+          // and the other blocks' tasks skip them.
+          const bool zeroes = !config_.plane_mode && !config_.staged && gb % nb == 0;
           if (!config_.plane_mode && !row_reached(q, ih)) {
-            if (!config_.staged) zero_y(W.in, valid, n, c0, id, ih, 0, 1, y);
+            if (zeroes) zero_y(W.in, p_.Cin_g, n, g * p_.Cin_g, id, ih, 0, 1, y);
             continue;
           }
           for (const AxisPhase& PW : W.phases) {
             if (PW.count == 0) continue;
             if (PW.taps.empty() && !config_.plane_mode && !config_.staged) {
-              zero_y(PW.count, valid, n, c0, id, ih, PW.first, W.stride, y);
+              if (zeroes) zero_y(PW.count, p_.Cin_g, n, g * p_.Cin_g, id, ih, PW.first, W.stride, y);
               continue;
             }
             const std::int64_t nblk = ceil_div(PW.count, max_m);
@@ -918,8 +921,8 @@ class GemmEngine final : public EngineImpl {
 
   // y = +0 at m pixels from iw0 (every step-th) of row (n, id, ih), channels [c0, c0 + valid): all-zero bits
   // in every y dtype, so a memset per contiguous run.
-  void zero_y(std::int64_t m, int valid, std::int64_t n, std::int64_t c0, std::int64_t id, std::int64_t ih,
-              std::int64_t iw0, std::int64_t step, void* y) const {
+  void zero_y(std::int64_t m, std::int64_t valid, std::int64_t n, std::int64_t c0, std::int64_t id,
+              std::int64_t ih, std::int64_t iw0, std::int64_t step, void* y) const {
     const auto& s = p_.y_strides;
     const std::int64_t es = static_cast<std::int64_t>(dtype_size(p_.y_dtype)), ps = step * s[4];
     char* base = static_cast<char*>(y) + y_at(n, c0, id, ih, iw0) * es;
