@@ -680,10 +680,10 @@ class GemmEngine final : public EngineImpl {
           const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
           float* row = tile + (q - q0) * plane_floats + (ih - ih0) * row_floats;
           // Rows (and W phases) no tap reaches are written as zeros directly, here or (staged) at the store
-          // below; in plane mode the tile is zeroed already. Here the task of the group's first channel block
-          // zeroes them for all the group's channels (longer runs with contiguous channels: a row is one)
-          // and the other blocks' tasks skip them.
-          const bool zeroes = !config_.plane_mode && !config_.staged && gb % nb == 0;
+          // below; in plane mode the tile is zeroed already. Here one channel block's task (taking turns row
+          // by row, so that threads share the work) zeroes them for all the group's channels (longer runs
+          // with contiguous channels: a row is one) and the other blocks' tasks skip them.
+          const bool zeroes = !config_.plane_mode && !config_.staged && gb % nb == (q * H.in + ih) % nb;
           if (!config_.plane_mode && !row_reached(q, ih)) {
             if (zeroes) zero_y(W.in, p_.Cin_g, n, g * p_.Cin_g, id, ih, 0, 1, y);
             continue;
