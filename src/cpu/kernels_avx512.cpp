@@ -238,55 +238,47 @@ void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// bit_width(v) of 16 lanes 0 <= v < 2^24: the exponent of v as a float, plus one (0 for v = 0).
-CONV3D_DX_INLINE __m512i bit_width(__m512i v) {
-  const __m512i f = _mm512_castps_si512(_mm512_cvtepi32_ps(v));
-  return _mm512_maskz_sub_epi32(_mm512_test_epi32_mask(v, v), _mm512_srli_epi32(f, 23),
-                                _mm512_set1_epi32(126));
+// f32_to_hif8 on 16 lanes by table. HiFloat8 keeps at most 3 mantissa bits and rounds half away from zero,
+// so a finite value's code depends only on its top 12 magnitude bits (exponent and 4 mantissa bits: the
+// kept ones and the first dropped one), and so do the bounds of the tiny and overflow ranges (0x34000000,
+// 0x47200000 have no lower bits): a 4096-entry table of numeric's codes for non-negative values, looked up
+// by a gather. The sign, the tiny values that round to +0, overflow and NaN are applied around it.
+const std::uint8_t* hif8_table() {
+  static const auto table = [] {
+    std::array<std::uint8_t, 4096 + 3> t{};  // +3: each lane gathers 4 bytes
+    for (std::uint32_t i = 0; i < 4096; ++i) {
+      float v;
+      const std::uint32_t bits = i << 19;
+      std::memcpy(&v, &bits, sizeof v);
+      t[i] = numeric::f32_to_hif8(v, false);
+    }
+    return t;
+  }();
+  return table.data();
 }
 
-// f32_to_hif8 on 16 lanes, step for step (numeric/hifloat8.cpp): round half away on the bits below the
-// spacing of the value's exponent range, then assemble prefix, exponent field and mantissa.
-CONV3D_DX_INLINE __m512i hif8_codes(__m512 v, bool saturate) {
-  const __m512i u = _mm512_castps_si512(v), zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
-  const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
-  const __m512i bias = _mm512_set1_epi32(127);
-  // Mantissa bits of a range with n exponent bits: 3, 3, 3, 2, 1, then 0 (the denormal powers of two).
-  const auto mbits_of = [&](__m512i n) {
-    return _mm512_max_epi32(
-        zero, _mm512_min_epi32(_mm512_set1_epi32(3), _mm512_sub_epi32(_mm512_set1_epi32(5), n)));
-  };
-  const __m512i e0 = _mm512_sub_epi32(_mm512_srli_epi32(a, 23), bias);
-  const __m512i drop = _mm512_sub_epi32(_mm512_set1_epi32(23), mbits_of(bit_width(_mm512_abs_epi32(e0))));
-  const __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(drop, one));
-  const __m512i r =
-      _mm512_andnot_si512(_mm512_sub_epi32(_mm512_sllv_epi32(one, drop), one), _mm512_add_epi32(a, half));
-  const __m512i e = _mm512_sub_epi32(_mm512_srli_epi32(r, 23), bias), e_abs = _mm512_abs_epi32(e);
-  const __m512i n = bit_width(e_abs), mbits = mbits_of(n);
-  const __m512i mantissa =
-      _mm512_and_si512(_mm512_srlv_epi32(r, _mm512_sub_epi32(_mm512_set1_epi32(23), mbits)),
-                       _mm512_sub_epi32(_mm512_sllv_epi32(one, mbits), one));
-  const __m512i lead = _mm512_sllv_epi32(one, _mm512_sub_epi32(n, one));  // 0 for n = 0 (shift beyond 31)
-  const __m512i field = _mm512_or_si512(_mm512_maskz_mov_epi32(_mm512_cmplt_epi32_mask(e, zero), lead),
-                                        _mm512_sub_epi32(e_abs, lead));
-  const __m512i prefix = _mm512_permutexvar_epi32(
-      n, _mm512_setr_epi32(0x08, 0x10, 0x20, 0x40, 0x60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0));
-  __m512i code = _mm512_or_si512(_mm512_or_si512(sign, prefix),
-                                 _mm512_or_si512(_mm512_sllv_epi32(field, mbits), mantissa));
-  const auto below = [&](std::uint32_t bound) {
-    return _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(bound)));
-  };
-  // Denormals 2^(k-23): code k, for k = e + 23 below 2^-15; [2^-23, 2^-22) ties away to k = 1; below, +0.
-  code = _mm512_mask_mov_epi32(code, _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(-15)),
-                               _mm512_or_si512(sign, _mm512_add_epi32(e, _mm512_set1_epi32(23))));
-  code = _mm512_mask_mov_epi32(code, below(0x34800000u), _mm512_or_si512(sign, one));
-  code = _mm512_mask_mov_epi32(code, below(0x34000000u), zero);
-  // From 40960 (ties away past 32768) and infinities: inf or the largest finite; NaN: NaN or +0.
-  code = _mm512_mask_mov_epi32(code, _mm512_knot(below(0x47200000u)),
-                               _mm512_or_si512(sign, _mm512_set1_epi32(saturate ? 0x6E : 0x6F)));
-  return _mm512_mask_mov_epi32(code, _mm512_knot(below(0x7F800001u)),
-                               _mm512_set1_epi32(saturate ? 0x00 : 0x80));
+void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+  const std::uint8_t* table = hif8_table();
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF), byte = _mm512_set1_epi32(0xFF),
+                sign_bit = _mm512_set1_epi32(0x80), zero = _mm512_setzero_si512();
+  const __m512i largest = _mm512_set1_epi32(saturate ? 0x6E : 0x6F), nan = saturate ? zero : sign_bit;
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail16(n - i);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+    const __m512i a = _mm512_and_si512(u, magnitude);
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), sign_bit);
+    const auto below = [&](std::uint32_t bound) {
+      return _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(bound)));
+    };
+    const __m512i looked =
+        _mm512_and_si512(_mm512_mask_i32gather_epi32(zero, m, _mm512_srli_epi32(a, 19), table, 1), byte);
+    // Below 2^-23: +0 (no sign); from 40960 (ties away past 32768) and infinities: inf or the largest
+    // finite; NaN: NaN or +0.
+    __m512i code = _mm512_maskz_or_epi32(_mm512_knot(below(0x34000000u)), looked, sign);
+    code = _mm512_mask_mov_epi32(code, _mm512_knot(below(0x47200000u)), _mm512_or_si512(sign, largest));
+    code = _mm512_mask_mov_epi32(code, _mm512_knot(below(0x7F800001u)), nan);
+    _mm512_mask_cvtepi32_storeu_epi8(dst + i, m, code);
+  }
 }
 
 // f32_to_fp8_e4m3fn on 16 lanes: normals round to nearest even on bit 20 and are rebiased; subnormals
@@ -570,7 +562,7 @@ const KernelSet& avx512_kernels() {
     s.store_rows_bf16 = &store_rows_bf16;
     s.to_fp16 = &to_fp16;
     s.store_transposed = &store_transposed;
-    s.to_hif8 = &to_8bit<hif8_codes>;
+    s.to_hif8 = &to_hif8;
     s.to_fp8_e4m3fn = &to_8bit<fp8_e4m3fn_codes>;
     s.widen8 = &widen8;
     s.bf16_to_f32 = &bf16_to_f32;
