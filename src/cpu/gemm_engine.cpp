@@ -898,6 +898,8 @@ class GemmEngine final : public EngineImpl {
     if (s[1] == 1 && p_.y_dtype == DType::bf16 && ks_.store_rows_bf16) {
       ks_.store_rows_bf16(tile, cbw, m, valid, static_cast<std::uint16_t*>(y) + base, ps,
                           p_.overflow == OverflowMode::saturate);
+    } else if (s[1] == 1 && ps == valid && valid == cbw) {  // the pixels' channels follow on: one run
+      store_run(p_, ks_, tile, 1, y, base, 1, m * valid);
     } else if (s[1] == 1) {  // channels contiguous: one run per pixel
       for (std::int64_t p = 0; p < m; ++p) store_run(p_, ks_, tile + p * cbw, 1, y, base + p * ps, 1, valid);
     } else if (ps == 1 && ks_.store_transposed && transposed_store_type(p_.y_dtype)) {
