@@ -508,50 +508,22 @@ class GemmEngine final : public EngineImpl {
       });
       return any_tiny();
     }
-    // Exact fp32 or bf16 dy with contiguous W (NCDHW): transpose each row of Cout_g x Wo in 16 x 16 blocks.
+    // dy with contiguous W (NCDHW), row by row (Cout_g x Wo) into channel-last form. Exact fp32 or bf16 with
+    // unpadded channels is transposed in place, in 16 x 16 blocks (bf16 into bf16 by channel pairs, which
+    // reports tiny values on the way). Other types the vector kernels bring to the compute type (fp16,
+    // 8-bit, fp32 rounded to HF32; bf16 whose pairs are padded) are converted in blocks of channels (16, or
+    // 16 pairs) x 256 pixels into a buffer, the pairs' padding channels as zero rows, and transposed from it.
     const bool exact = p_.input_rounding == InputRounding::none ||
                        (p_.input_rounding == InputRounding::hf32 && p_.dy_dtype != DType::f32);
-    if (ks_.store_transposed && s[4] == 1 && exact &&
-        (p_.dy_dtype == DType::f32 || p_.dy_dtype == DType::bf16) && (kpad_ == p_.Cout_g)) {
-      const bool src_bf16 = p_.dy_dtype == DType::bf16;
-      const std::int64_t esize = src_bf16 ? 2 : 4;
-      // bf16 to bf16: move bits by channel pairs, checking for tiny values on the way.
-      const bool pairs = std::is_same_v<T, std::uint16_t> && src_bf16 && ks_.transpose_bf16_pairs;
-      parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t r = begin; r < end; ++r) {
-          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
-                             n = r / p_.dy_size[0] / p_.G;
-          bool any = false;
-          zero_halo_rows(out + r * dy_d_);
-          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
-            const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
-            T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
-            zero_halo(row);
-            if constexpr (std::is_same_v<T, std::uint16_t>) {
-              if (pairs) {
-                any |= ks_.transpose_bf16_pairs(static_cast<const std::uint16_t*>(dy) + at, s[1], p_.Cout_g,
-                                                p_.dy_size[2], row, kpad_);
-                continue;
-              }
-            }
-            ks_.store_transposed(static_cast<const char*>(dy) + at * esize, src_bf16, s[1], p_.Cout_g,
-                                 p_.dy_size[2], row, bf16_ ? StoreType::bf16 : StoreType::f32, kpad_, false);
-          }
-          if (pairs)
-            tiny[static_cast<std::size_t>(r)] = any;
-          else
-            scan_plane(r);
-        }
-      });
-      return any_tiny();
-    }
-    // Other dy with contiguous W (NCDHW) that vector kernels bring to the compute type (fp16, 8-bit, fp32
-    // rounded to HF32; bf16 whose channels are padded): per row, blocks of channels (16, or 16 pairs) x 256
-    // pixels are converted into a buffer (the pairs' padding channels as zero rows) and transposed into
-    // place.
+    const bool in_place = ks_.store_transposed && exact &&
+                          (p_.dy_dtype == DType::f32 || p_.dy_dtype == DType::bf16) && kpad_ == p_.Cout_g;
+    const bool src_bf16 = p_.dy_dtype == DType::bf16;
+    // Rows moved by bf16 channel pairs (transpose_bf16_pairs), whose tiny values it reports.
+    const bool pairs =
+        std::is_same_v<T, std::uint16_t> && ks_.transpose_bf16_pairs && (!in_place || src_bf16);
     const bool blocks =
         std::is_same_v<T, float> ? ks_.store_transposed && to_f32 : ks_.transpose_bf16_pairs && to_pairs;
-    if (s[4] == 1 && blocks) {
+    if (s[4] == 1 && (in_place || blocks)) {
       parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
         constexpr std::int64_t kRows = std::is_same_v<T, float> ? 16 : 32, kPixels = 256;
         alignas(64) T buf[kRows * kPixels];
@@ -564,6 +536,19 @@ class GemmEngine final : public EngineImpl {
             const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
             T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
             zero_halo(row);
+            if (in_place) {
+              if constexpr (std::is_same_v<T, std::uint16_t>) {
+                if (pairs) {
+                  any |= ks_.transpose_bf16_pairs(static_cast<const std::uint16_t*>(dy) + at, s[1], p_.Cout_g,
+                                                  p_.dy_size[2], row, kpad_);
+                  continue;
+                }
+              }
+              ks_.store_transposed(static_cast<const char*>(dy) + at * (src_bf16 ? 2 : 4), src_bf16, s[1],
+                                   p_.Cout_g, p_.dy_size[2], row, bf16_ ? StoreType::bf16 : StoreType::f32,
+                                   kpad_, false);
+              continue;
+            }
             for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
               const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
               for (std::int64_t c0 = 0; c0 < kpad_; c0 += kRows) {
@@ -590,7 +575,10 @@ class GemmEngine final : public EngineImpl {
               }
             }
           }
-          if (scan) tiny[static_cast<std::size_t>(r)] = any;
+          if (pairs && scan)
+            tiny[static_cast<std::size_t>(r)] = any;
+          else
+            scan_plane(r);
         }
       });
       return any_tiny();

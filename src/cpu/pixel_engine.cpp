@@ -163,6 +163,44 @@ class PixelEngine final : public EngineImpl {
     std::int64_t id, ph, j0;  // D index, H phase, first row (j) of the phase
   };
 
+  // convert_dy into fp32 by vector kernels where the reader has them: rows of contiguous W widened as runs;
+  // channel-last dy widened pixel by pixel and transposed into the channel planes, up to 4096 values at a
+  // time. Returns false, writing nothing, for other inputs.
+  bool widen_dy(const void* dy, float* out) const {
+    const auto& s = p_.dy_strides;
+    if (!dy_reader_.widens(ks_)) return false;
+    if (s[4] == 1) {
+      parallel_for(threads_, p_.N * p_.G * k_, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+          const std::int64_t n = r / (p_.G * k_), c = r % (p_.G * k_);
+          for (std::int64_t od = 0; od < p_.dy_size[0]; ++od)
+            for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh)
+              dy_reader_.widen(ks_, dy, n * s[0] + c * s[1] + od * s[2] + oh * s[3], p_.dy_size[2],
+                               out + r * dy_c_ + od * dy_d_ + oh * dy_h_);
+        }
+      });
+      return true;
+    }
+    if (s[1] != 1 || !ks_.store_transposed) return false;
+    const std::int64_t C = p_.G * p_.Cout_g, chunk = std::max<std::int64_t>(1, 4096 / C);
+    parallel_for(threads_, p_.N * p_.dy_size[0] * p_.dy_size[1], [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> pixels(static_cast<std::size_t>(chunk * C));
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::int64_t oh = r % p_.dy_size[1], od = r / p_.dy_size[1] % p_.dy_size[0],
+                           n = r / p_.dy_size[1] / p_.dy_size[0];
+        for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += chunk) {
+          const std::int64_t m = std::min(chunk, p_.dy_size[2] - w0),
+                             at = n * s[0] + od * s[2] + oh * s[3] + w0 * s[4];
+          for (std::int64_t w = 0; w < m; ++w)
+            dy_reader_.widen(ks_, dy, at + w * s[4], C, pixels.data() + w * C);
+          ks_.store_transposed(pixels.data(), false, C, m, C, out + n * dy_n_ + od * dy_d_ + oh * dy_h_ + w0,
+                               StoreType::f32, dy_c_, false);
+        }
+      }
+    });
+    return true;
+  }
+
   // dy as [n][g][co][od][oh][ow] fp32, or [n][g][co / 2][od][oh][ow][2] bf16. Returns whether bf16 dy
   // holds a tiny value (tiny_bf16), scanned channel pair by pair as it is written.
   template <class T>
@@ -172,43 +210,8 @@ class PixelEngine final : public EngineImpl {
     const bool scan = lanes == 2 && p_.dy_dtype == DType::bf16;
     std::vector<unsigned char> tiny(static_cast<std::size_t>(scan ? p_.N * p_.G * k_ : 0), 0);
     const bool interleave = scan && s[4] == 1 && ks_.interleave_bf16 != nullptr;
-    if constexpr (lanes == 1) {
-      if (dy_reader_.widens(ks_)) {
-        if (s[4] == 1) {  // rows of contiguous W, widened by vector kernels
-          parallel_for(threads_, p_.N * p_.G * k_, [&](std::int64_t begin, std::int64_t end) {
-            for (std::int64_t r = begin; r < end; ++r) {
-              const std::int64_t n = r / (p_.G * k_), c = r % (p_.G * k_);
-              for (std::int64_t od = 0; od < p_.dy_size[0]; ++od)
-                for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh)
-                  dy_reader_.widen(ks_, dy, n * s[0] + c * s[1] + od * s[2] + oh * s[3], p_.dy_size[2],
-                                   out + r * dy_c_ + od * dy_d_ + oh * dy_h_);
-            }
-          });
-          return false;
-        }
-        if (s[1] == 1 && ks_.store_transposed) {  // channels contiguous: pixels x channels transposed per row
-          const std::int64_t C = p_.G * p_.Cout_g, chunk = std::max<std::int64_t>(1, 4096 / C);
-          parallel_for(threads_, p_.N * p_.dy_size[0] * p_.dy_size[1],
-                       [&](std::int64_t begin, std::int64_t end) {
-                         std::vector<float> pixels(static_cast<std::size_t>(chunk * C));
-                         for (std::int64_t r = begin; r < end; ++r) {
-                           const std::int64_t oh = r % p_.dy_size[1], od = r / p_.dy_size[1] % p_.dy_size[0],
-                                              n = r / p_.dy_size[1] / p_.dy_size[0];
-                           for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += chunk) {
-                             const std::int64_t m = std::min(chunk, p_.dy_size[2] - w0),
-                                                at = n * s[0] + od * s[2] + oh * s[3] + w0 * s[4];
-                             for (std::int64_t w = 0; w < m; ++w)
-                               dy_reader_.widen(ks_, dy, at + w * s[4], C, pixels.data() + w * C);
-                             ks_.store_transposed(pixels.data(), false, C, m, C,
-                                                  out + n * dy_n_ + od * dy_d_ + oh * dy_h_ + w0,
-                                                  StoreType::f32, dy_c_, false);
-                           }
-                         }
-                       });
-          return false;
-        }
-      }
-    }
+    if constexpr (lanes == 1)
+      if (widen_dy(dy, out)) return false;
     dy_reader_.visit(dy, [&](auto get) {
       parallel_for(threads_, p_.N * p_.G * k_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
