@@ -1,6 +1,7 @@
 // conv3d_dx_peer_bench: conv3d-dx against oneDNN's convolution_backward_data on the benchmark suite, both
 // given the user's plain tensors. For every shape, dtype and data format it times
-//   conv3d-dx       Plan::execute(dy, filter, y): plain tensors in and out, the filter packed every call;
+//   conv3d-dx       Plan::execute(dy, filter, y): plain tensors in and out, the filter packed (or read in
+//                   place) every call;
 //   oneDNN plain    a primitive created on the plain layouts (ncdhw/ndhwc data, oidhw/goidhw weights);
 //   oneDNN blocked  a primitive created with format_tag::any plus the reorders a caller with plain tensors
 //                   pays every step: dy and the filter into the primitive's layouts, y back out;
@@ -319,6 +320,7 @@ C3dxResult run_conv3d_dx(const Case& p, const Inputs& in, int threads, const Con
 
   conv3d_dx::Options options;
   options.threads = threads;
+  options.keep_filter = false;  // the filter is given with every call, as in training
   conv3d_dx::Plan plan(conv3d_dx::validate(spec), options);
   Buffer workspace(plan.workspace_bytes());
   C3dxResult r;

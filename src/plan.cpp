@@ -91,6 +91,7 @@ struct Plan::State {
   Isa isa = Isa::portable;
   bool isa_named = false;  // by the caller, rather than detected
   std::int64_t max_memory_bytes = 0;
+  bool keep_filter = true;  // Options::keep_filter
   std::unique_ptr<EngineImpl> engine;
   std::vector<std::string> declined;
   // Calls that only read the packed filter (execute_packed) share this lock; calls that pack take it alone.
@@ -145,6 +146,7 @@ Plan::Plan(const Problem& problem, const Options& options) : state_(std::make_un
         ErrorCode::invalid_argument, "max_memory",
         "max_memory is " + std::to_string(options.max_memory_bytes) + " but must be >= 0 (0: no limit)");
   s.max_memory_bytes = options.max_memory_bytes;
+  s.keep_filter = options.keep_filter;
   try {
     s.create_engine();
   } catch (const std::bad_alloc&) {
@@ -230,8 +232,8 @@ void Plan::execute(const void* out_backprop, const void* filter, void* y, void* 
   std::unique_lock lock(s.filter_mutex);
   s.with_workspace(workspace, [&](void* ws) {
     s.filter_packed = false;  // until the engine has packed all of it
-    s.engine->execute_with_filter(out_backprop, filter, y, ws);
-    s.filter_packed = true;
+    s.engine->execute_with_filter(out_backprop, filter, y, ws, s.keep_filter);
+    s.filter_packed = s.keep_filter;
   });
 }
 
@@ -241,7 +243,9 @@ void conv3d_backprop_input(const ProblemSpec& spec, const Options& options) {
   require(spec.out_backprop.data, "out_backprop");
   require(spec.filter.data, "filter");
   require(spec.y.data, "y");
-  Plan plan(problem, options);
+  Options once = options;
+  once.keep_filter = false;  // the plan ends with the call
+  Plan plan(problem, once);
   plan.execute(spec.out_backprop.data, spec.filter.data, spec.y.data);
 }
 

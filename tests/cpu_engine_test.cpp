@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "cpu/kernels.hpp"
 #include "cpu/pixel_engine.hpp"
 #include "cpu/pointwise_engine.hpp"
+#include "cpu/stream_engine.hpp"
 #include "cpu/support.hpp"
 #include "numeric/numeric.hpp"
 #include "reference/reference.hpp"
@@ -268,7 +270,7 @@ TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
         std::vector<unsigned char> workspace(engine->workspace_bytes());
         fill_canary(inst.y);
         engine->execute_with_filter(inst.dy.view.data, inst.filter.view.data, inst.y.view.data,
-                                    workspace.data());
+                                    workspace.data(), true);
         EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
         fill_canary(inst.y);
         engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());  // the filter stays packed
@@ -342,14 +344,15 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     Plan plan(p, o);
     EXPECT_EQ(plan.engine_name(), name);
     if (isa == Isa::avx2) {
-      ASSERT_GE(plan.declined().size(), 7u);
+      ASSERT_GE(plan.declined().size(), 8u);
       EXPECT_EQ(plan.declined()[0].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[0];
-      EXPECT_EQ(plan.declined()[1], "pixel_avx512_bf16: needs avx512_bf16, requested avx2");
-      EXPECT_EQ(plan.declined()[2], "pixel_avx512: needs avx512, requested avx2");
-      EXPECT_EQ(plan.declined()[3], "pointwise_avx512_bf16: needs avx512_bf16, requested avx2");
-      EXPECT_EQ(plan.declined()[4], "pointwise_avx512: needs avx512, requested avx2");
-      EXPECT_EQ(plan.declined()[5], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
-      EXPECT_EQ(plan.declined()[6], "gemm_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[1], "stream_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[2], "pixel_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[3], "pixel_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[4], "pointwise_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[5], "pointwise_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[6], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[7], "gemm_avx512: needs avx512, requested avx2");
     }
   }
   // fp32 inputs: the bf16 engine declines and says why.
@@ -361,16 +364,18 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     o.isa = Isa::avx512_bf16;
     Plan plan(validate(f32.spec), o);
     EXPECT_EQ(plan.engine_name(), "gemm_avx512");
-    ASSERT_GE(plan.declined().size(), 6u);
+    ASSERT_GE(plan.declined().size(), 7u);
     EXPECT_EQ(plan.declined()[0].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[0];
-    EXPECT_NE(plan.declined()[1].find("pixel_avx512_bf16: inputs not exact in bf16"), std::string::npos)
-        << plan.declined()[1];
-    EXPECT_EQ(plan.declined()[2], "pixel_avx512: Cin/groups is 20, more than 8");
-    EXPECT_NE(plan.declined()[3].find("pointwise_avx512_bf16: inputs not exact in bf16"), std::string::npos)
-        << plan.declined()[3];
-    EXPECT_EQ(plan.declined()[4], "pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)");
-    EXPECT_NE(plan.declined()[5].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
-        << plan.declined()[5];
+    EXPECT_EQ(plan.declined()[1],
+              "stream_avx512: the filter has fewer than 1048576 elements: packing it costs little");
+    EXPECT_NE(plan.declined()[2].find("pixel_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[2];
+    EXPECT_EQ(plan.declined()[3], "pixel_avx512: Cin/groups is 20, more than 8");
+    EXPECT_NE(plan.declined()[4].find("pointwise_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[4];
+    EXPECT_EQ(plan.declined()[5], "pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)");
+    EXPECT_NE(plan.declined()[6].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[6];
   }
   // Few input channels per group: the pixel engine, over bf16 pairs where the inputs allow.
   if (cpu_supports(Isa::avx512)) {
@@ -610,6 +615,186 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
 
 INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPointwise, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
+
+// The filter-streaming engine (small maps, large NCDHW filters), with its filter-size threshold lifted so
+// small filters run it: y pixels of all images around its 16-pixel vectors and 64-pixel chunks (1 to 128),
+// input channels around its tiles (24, 12, 8 or 6 rows), output channels around its dy blocks, strides,
+// dilations, asymmetric pads, groups, every dtype, HF32 and fp16 input rounding, every y type, both data
+// layouts, NCDHW and NDHWC filters, dy and y with gaps.
+class CpuStream : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu_supports(Isa::avx512)) GTEST_SKIP() << "CPU lacks avx512";
+  }
+  static std::unique_ptr<EngineImpl> make(const Problem& p, int threads) {
+    std::string why;
+    auto engine = cpu::make_stream(named_request(p, threads, Isa::avx512), 0, why);
+    EXPECT_TRUE(engine) << why;
+    return engine;
+  }
+  // Runs the engine every way a Plan can (pack then execute; execute_with_filter keeping the filter or not,
+  // then execute on what was kept) with 1, 2 and 3 threads: all must give the same bits, left in inst.y.
+  static void run_every_way(const Problem& p, Instance& inst, const std::string& name) {
+    Tensor first;
+    for (int threads : {2, 1, 3}) {
+      auto engine = make(p, threads);
+      if (!engine) return;
+      std::vector<unsigned char> workspace(engine->workspace_bytes());
+      const auto check = [&](const char* way) {
+        if (first.view.data == nullptr) {
+          first = inst.y;
+          return;
+        }
+        EXPECT_TRUE(same_bits(first, inst.y)) << name << ", " << threads << " threads, " << way;
+      };
+      for (bool keep : {false, true}) {
+        fill_canary(inst.y);
+        engine->execute_with_filter(inst.dy.view.data, inst.filter.view.data, inst.y.view.data,
+                                    workspace.data(), keep);
+        check(keep ? "streamed and kept" : "streamed");
+      }
+      fill_canary(inst.y);
+      engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
+      check("the kept copy");
+      fill_canary(inst.y);
+      engine->pack_filter(inst.filter.view.data);
+      engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
+      check("packed");
+    }
+    inst.y = first;
+  }
+  // A dense filter in place of the instance's (strided views pad every tensor; the engine takes only filters
+  // whose taps or input channels are contiguous).
+  static void dense_filter(const Case& c, Instance& inst, std::mt19937_64& rng, Fill fill_kind) {
+    inst.filter = make_tensor(c.dtype, c.filter_format,
+                              {c.Cout, c.Cin / c.groups, c.kernel[0], c.kernel[1], c.kernel[2]}, true, false);
+    fill(inst.filter, rng, fill_kind);
+    inst.spec.filter = inst.filter.view;
+  }
+};
+
+TEST_F(CpuStream, MatchesReferenceAcrossChunksTilesAndBlocks) {
+  std::mt19937_64 rng(151);
+  struct Map {
+    std::int64_t n;
+    std::array<std::int64_t, 3> in;
+  };
+  // 1, 15, 16, 17, 30, 32, 45, 64, 65 and 128 pixels: one to four vectors, one or two chunks.
+  const Map maps[] = {{1, {1, 1, 1}}, {1, {1, 3, 5}}, {1, {1, 4, 4}}, {1, {1, 1, 17}}, {1, {1, 5, 6}},
+                      {2, {1, 4, 4}}, {1, {3, 3, 5}}, {1, {2, 4, 8}}, {1, {5, 13, 1}}, {2, {2, 4, 8}}};
+  // 5 x 5 x 3 = 75 taps: one output channel per dy block at 64 pixels.
+  const std::array<std::int64_t, 3> kernels[] = {{3, 3, 3}, {1, 1, 1}, {2, 3, 1}, {5, 5, 3}};
+  int k = 0;
+  for (const Map& m : maps)
+    for (std::int64_t extra : {0, 7})
+      for (std::int64_t cout : {1, 5, 9}) {
+        const std::int64_t pixels = m.n * m.in[0] * m.in[1] * m.in[2];
+        const std::int64_t width = 16 * std::min<std::int64_t>(4, (pixels + 15) / 16);
+        Case c = with_dtype(Case{}, kAllDtypes[k % 5]);
+        c.N = m.n;
+        c.in = m.in;
+        c.groups = k % 4 == 3 ? 2 : 1;
+        c.Cin = (width + extra) * c.groups;
+        c.Cout = cout * c.groups;
+        c.kernel = kernels[k % 4];
+        c.stride = k % 5 == 1 ? std::array<std::int64_t, 3>{2, 1, 2} : std::array<std::int64_t, 3>{1, 1, 1};
+        c.dilation = k % 7 == 2 ? std::array<std::int64_t, 3>{1, 2, 1} : std::array<std::int64_t, 3>{1, 1, 1};
+        for (int a = 0; a < 3; ++a) {  // enough padding for the kernel, front and back differing
+          const std::int64_t need =
+              std::max<std::int64_t>(0, (c.kernel[a] - 1) * c.dilation[a] + 1 - c.in[a]);
+          c.pad_front[a] = need / 2 + (k + a) % 2;
+          c.pad_back[a] = need - need / 2 + (c.kernel[a] > 1 ? 1 : 0);
+        }
+        c.hf32 = c.dtype == DType::f32 && k % 4 == 1;
+        c.y_dtype = k % 3 == 1 ? DType::f32 : c.dtype;
+        c.data_format = kDataFormats[k % 2];
+        c.filter_format = k % 3 == 2 ? Layout::NDHWC : Layout::NCDHW;
+        c.strided_views = k % 6 == 5;
+        // aclnn's fp16 compute (cubeMathType 2): bf16 or fp32 inputs rounded to fp16 first.
+        const bool fp16_rounding = (c.dtype == DType::bf16 && k / 5 % 2 == 1) ||
+                                   (c.dtype == DType::f32 && !c.hf32 && k / 5 % 3 == 2);
+        ++k;
+        for (Fill fill_kind : {Fill::small_integers, Fill::random}) {
+          Instance inst = instantiate(c, rng, fill_kind);
+          dense_filter(c, inst, rng, fill_kind);
+          if (fp16_rounding) inst.spec.input_rounding = InputRounding::fp16;
+          const Problem p = validate(inst.spec);
+          const std::string name = c.name() + (fp16_rounding ? " fp16-rounding" : "");
+          run_every_way(p, inst, name);
+          ASSERT_TRUE(matches_reference(p, inst)) << name;
+          if (fill_kind == Fill::small_integers && c.y_dtype == DType::f32) {
+            ASSERT_TRUE(exactly_reference(p, inst)) << name;
+          }
+          ASSERT_TRUE(padding_intact(inst.y)) << name;
+        }
+      }
+}
+
+// dycol holds zeros where a tap misses dy and the fast kernels multiply them: a filter value that is an
+// infinity or a NaN there would make 0 x inf = NaN. Such rows are summed again with the masked kernels, so y
+// matches the reference element for element (inf, NaN and finite), in every dtype that has them.
+TEST_F(CpuStream, NonFiniteFilterAtBordersMatchesReference) {
+  std::mt19937_64 rng(157);
+  for (DType dtype : kAllDtypes)
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()})
+      for (Layout fmt : kDataFormats) {
+        Case c = with_dtype(Case{}, dtype);
+        c.data_format = fmt;
+        c.filter_format = fmt;  // taps contiguous (NCDHW) or input channels (NDHWC)
+        c.y_dtype = DType::f32;
+        c.Cin = 40;
+        c.Cout = 6;
+        c.in = {2, 3, 5};
+        c.pad_front = c.pad_back = {1, 1, 1};
+        Instance inst = instantiate(c, rng, Fill::small_integers);
+        // Tap (kd 0, kh 1, kw 0) of (co 3, ci 5) misses dy for y pixels at d = 0 and w = 0.
+        const auto& s = inst.filter.view.strides;
+        numeric::store_f32(dtype, inst.filter.view.data, 3 * s[0] + 5 * s[1] + s[3], bad, OverflowMode::ieee);
+        const Problem p = validate(inst.spec);
+        run_every_way(p, inst, c.name());
+        EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", filter value " << bad;
+      }
+}
+
+// Plan takes it for a large filter on a small map, and it says why it declines everything else.
+TEST_F(CpuStream, TakesSmallMapsWithLargeFiltersOnly) {
+  std::mt19937_64 rng(163);
+  Case big = Case{};
+  big.data_format = Layout::NCDHW;
+  big.Cin = 256;
+  big.Cout = 160;
+  big.in = {2, 4, 4};
+  big.pad_front = big.pad_back = {1, 1, 1};  // 256 x 160 x 27 = 1105920 filter elements
+  {
+    Instance inst = instantiate(big, rng, Fill::random);
+    Options o;
+    o.isa = Isa::avx512;
+    const Problem p = validate(inst.spec);
+    Plan plan(p, o);
+    EXPECT_EQ(plan.engine_name(), "stream_avx512");
+    plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
+    EXPECT_TRUE(matches_reference(p, inst));
+  }
+  Case dhwcn = big, wide = big, small = big, narrow = big;
+  dhwcn.filter_format = Layout::DHWCN;
+  wide.in = {2, 8, 9};  // 144 pixels
+  small.Cout = 150;     // 1036800 elements
+  narrow.Cin = 48;      // a 2 x 32-pixel image is one chunk of 64 pixels
+  narrow.N = 2;
+  narrow.Cout = 1000;
+  const std::pair<Case, std::string> refused[] = {{dhwcn, "nor its input channels are contiguous"},
+                                                  {wide, "144 pixels"},
+                                                  {small, "fewer than 1048576"},
+                                                  {narrow, "48, fewer"}};
+  for (const auto& [c, needle] : refused) {
+    Instance inst = instantiate(c, rng, Fill::random);
+    const Problem p = validate(inst.spec);
+    std::string why;
+    EXPECT_FALSE(cpu::make_stream(named_request(p, 2, Isa::avx512), why)) << c.name();
+    EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
+  }
+}
 
 // Multiplies every element of a bf16 tensor view by 2^e (exact for the small integers scaled here).
 void scale_bf16(Tensor& t, int e) {

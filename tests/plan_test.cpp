@@ -269,6 +269,44 @@ TEST(Plan, PackOnceExecuteMany) {
   EXPECT_TRUE(matches_reference(p, inst));
 }
 
+// Plan::execute keeps the filter packed for execute_packed unless Options::keep_filter is false; then
+// execute_packed asks for pack_filter first, and works after it. Same on every engine, including the one that
+// reads a large filter in place (stream_avx512, where the CPU has it).
+TEST(Plan, KeepFilterDecidesWhetherExecuteLeavesItPacked) {
+  std::mt19937_64 rng(16);
+  Case small = random_case(rng, DType::f32, Layout::NCDHW, Layout::NCDHW), large;
+  large.data_format = Layout::NCDHW;
+  large.Cin = 256;
+  large.Cout = 160;
+  large.in = {2, 4, 4};
+  large.pad_front = large.pad_back = {1, 1, 1};
+  for (const Case& c : {small, large})
+    for (bool keep : {true, false}) {
+      Instance inst = instantiate(c, rng, Fill::random);
+      const Problem p = validate(inst.spec);
+      Options o;
+      o.keep_filter = keep;
+      Plan plan(p, o);
+      plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
+      ASSERT_TRUE(matches_reference(p, inst)) << plan.engine_name();
+      fill_canary(inst.y);
+      if (keep) {
+        plan.execute_packed(inst.dy.view.data, inst.y.view.data);
+      } else {
+        try {
+          plan.execute_packed(inst.dy.view.data, inst.y.view.data);
+          ADD_FAILURE() << plan.engine_name() << ": execute_packed ran without a kept filter";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.parameter(), "filter");
+          EXPECT_TRUE(canary_intact(inst.y)) << "y written by a refused call";
+        }
+        plan.pack_filter(inst.filter.view.data);
+        plan.execute_packed(inst.dy.view.data, inst.y.view.data);
+      }
+      EXPECT_TRUE(matches_reference(p, inst)) << plan.engine_name() << (keep ? ", kept" : ", packed again");
+    }
+}
+
 // Both overflow modes, on the default engine and on the reference engine.
 TEST(Plan, OverflowModes) {
   Case c;

@@ -22,9 +22,10 @@ const char* const kBenchHelp =
                        --strides a,b,c,d,e --pads f,b,t,b,l,r [options]
        conv3d-dx bench --suite default [--dtype D] [--data-format F] [--filter-format F] [options]
 
-Times the operator on random data. The timed region is Plan::execute(dy, filter, y): plain tensors in, plain
-y out, the filter packed anew on each call (what a training step pays). packed_median_ms is the median with
-the filter packed once (Plan::pack_filter, then Plan::execute_packed). GFLOP/s counts
+Times the operator on random data. The timed region is Plan::execute(dy, filter, y) with the filter not kept
+(Options::keep_filter false): plain tensors in, plain y out, the filter packed anew, or read in place, on
+each call (what a training step pays). packed_median_ms is the median with the filter packed once
+(Plan::pack_filter, then Plan::execute_packed). GFLOP/s counts
 2*N*Cout*Do*Ho*Wo*Cin/G*kD*kH*kW per call, with the median time. --suite default runs the benchmark suite
 (a-i and our own shapes) in the selected dtype (default fp32) and layouts (default NDHWC data, NCDHW filter).
 
@@ -185,7 +186,9 @@ int bench_command(const std::vector<std::string>& argv) {
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     const Problem& p = problems[j];
     if (progress) std::fprintf(stderr, "[%zu/%zu] %s ...\n", j + 1, jobs.size(), jobs[j].name.c_str());
-    Plan plan(p, pa.options);
+    Options options = pa.options;
+    options.keep_filter = false;  // a training step's filter is new each call
+    Plan plan(p, options);
     const ProblemSpec& spec = jobs[j].spec;
     const std::int64_t dy_n = element_count(spec.out_backprop.shape), w_n = element_count(spec.filter.shape);
     std::vector<std::byte> dy(static_cast<std::size_t>(std::max<std::int64_t>(dy_n, 1)) *

@@ -76,7 +76,9 @@ int demo_command(const std::vector<std::string>& argv) {
     spec.filter = TensorView::contiguous(nullptr, c.dtype, Layout::NCDHW, {C, C, k, k, k});
     spec.y = TensorView::contiguous(nullptr, c.dtype, Layout::NDHWC, {1, x[0], x[1], x[2], C});
     const Problem p = validate(spec);
-    Plan plan(p, options.options);
+    Options plan_options = options.options;
+    plan_options.keep_filter = false;  // timed as a training step: the filter is not reused
+    Plan plan(p, plan_options);
 
     const std::int64_t dy_n = element_count(dy_shape), w_n = C * C * k * k * k;
     std::vector<std::byte> dy(static_cast<std::size_t>(dy_n) * dtype_size(c.dtype));

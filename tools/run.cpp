@@ -142,7 +142,9 @@ int run_command(const std::vector<std::string>& argv) {
   const Shape5 dy_shape = to_5d(dy.shape, pa.attrs.data_format, pa.two_d(), "--out-backprop");
   const Shape5 w_shape = to_5d(w.shape, pa.filter_format, pa.two_d(), "--filter");
   const Problem problem = validate(make_spec(pa, dy_shape, w_shape, dtype));
-  Plan plan(problem, pa.options);
+  Options options = pa.options;
+  options.keep_filter = false;  // one call
+  Plan plan(problem, options);
 
   const std::size_t y_bytes = static_cast<std::size_t>(problem.y_elements()) * dtype_size(problem.y_dtype);
   std::vector<std::byte> y(std::max<std::size_t>(y_bytes, 1));

@@ -22,7 +22,8 @@ enum class OverflowMode { ieee, saturate };
 // Rounding applied to every input element before multiplication.
 enum class InputRounding { none, hf32, fp16 };
 // Instruction-set level of the fast engine; `best` picks the best the CPU has.
-// amx_bf16: AMX tiles (tdpbf16ps) for inputs exact in bf16 (bf16, HiFloat8, FP8 E4M3FN), AVX-512 for the rest.
+// amx_bf16: AMX tiles (tdpbf16ps) for inputs exact in bf16 (bf16, HiFloat8, FP8 E4M3FN), AVX-512 for the
+// rest.
 enum class Isa { best, amx_bf16, avx512_bf16, avx512, avx2, portable, reference };
 
 enum class ErrorCode {
@@ -141,6 +142,10 @@ struct Options {
   // Most bytes a Plan may allocate (packed filter, tables, workspace, per-thread scratch; not the caller's
   // tensors); 0: no limit. Engines that would need more decline; when all do, Plan throws out_of_memory.
   std::int64_t max_memory_bytes = 0;
+  // Plan::execute leaves the filter packed, for execute_packed. false: it need not, so an engine may read
+  // the filter in place and skip writing a packed copy (one-shot calls and plans given a new filter on
+  // every call); execute_packed then needs a pack_filter first.
+  bool keep_filter = true;
 };
 
 class EngineImpl;
@@ -170,8 +175,9 @@ class Plan {
   // never with out_backprop).
   void pack_filter(const void* filter);
   void execute_packed(const void* out_backprop, void* y, void* workspace = nullptr);
-  // Pack and run: what a training step pays when the filter changes each step. y must not share a byte
-  // with out_backprop or the filter (Error invalid_argument naming y, nothing written).
+  // Pack and run: what a training step pays when the filter changes each step; the filter stays packed
+  // unless Options::keep_filter is false. y must not share a byte with out_backprop or the filter (Error
+  // invalid_argument naming y, nothing written).
   void execute(const void* out_backprop, const void* filter, void* y, void* workspace = nullptr);
 
  private:

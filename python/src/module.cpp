@@ -189,6 +189,7 @@ class PlanCache {
     }
     Options options;
     options.threads = threads;
+    options.keep_filter = false;  // every call brings its filter: an engine may read it in place
     return std::make_unique<Plan>(problem, options);
   }
 

@@ -26,8 +26,10 @@ class EngineImpl {
   // nothing in the engine, so concurrent calls with separate workspaces are safe.
   virtual void execute(const void* dy, void* y, void* workspace) const = 0;
   // pack_filter then execute, bitwise the same; an engine may overlap the two (each thread packing the part
-  // of the filter it is about to use while it is hot in cache). The filter stays packed afterwards.
-  virtual void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace) {
+  // of the filter it is about to use while it is hot in cache). With `keep` the filter stays packed
+  // afterwards; without, an engine may read it in place and pack nothing (Options::keep_filter).
+  virtual void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace,
+                                   bool /*keep*/) {
     pack_filter(filter);
     execute(dy, y, workspace);
   }

@@ -3,6 +3,7 @@
 #include "cpu/gemm_engine.hpp"
 #include "cpu/pixel_engine.hpp"
 #include "cpu/pointwise_engine.hpp"
+#include "cpu/stream_engine.hpp"
 
 namespace conv3d_dx {
 namespace {
@@ -23,6 +24,7 @@ std::unique_ptr<EngineImpl> with_isa(const EngineRequest& request, std::string& 
 const std::vector<EngineFactory>& cpu_engines() {
   static const std::vector<EngineFactory> engines = {
       {"gemm_amx_bf16", &cpu::make_gemm_amx_bf16},
+      {"stream_avx512", &cpu::make_stream},
       {"pixel_avx512_bf16", &with_isa<cpu::make_pixel, Isa::avx512_bf16>},
       {"pixel_avx512", &with_isa<cpu::make_pixel, Isa::avx512>},
       {"pointwise_avx512_bf16", &with_isa<cpu::make_pointwise, Isa::avx512_bf16>},

@@ -153,10 +153,10 @@ class GemmEngine final : public EngineImpl {
   // that uses it, so the packed block is read from cache rather than memory (a large filter otherwise makes
   // a round trip through memory between packing and use). Tasks and packed data are those of
   // pack_filter + execute, so the results are the same bits.
-  void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace) override {
+  void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace, bool keep) override {
     const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
     if (p_.N == 0 || !(nblocks % threads_ == 0 || nblocks >= 8 * threads_)) {
-      EngineImpl::execute_with_filter(dy, filter, y, workspace);
+      EngineImpl::execute_with_filter(dy, filter, y, workspace, keep);
       return;
     }
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);

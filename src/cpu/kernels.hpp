@@ -67,6 +67,31 @@ constexpr int pix_rows(int ci, int p) {
   return (kPixAcc - ci) / (ci * p) > 1 ? (kPixAcc - ci) / (ci * p) : 1;
 }
 
+// Filter-streaming tiles for small feature maps (stream_engine.cpp): R input channels x V vectors of 16
+// pixels, fp32 accumulators. Reduction step (co, i), co < nco and i < ntaps in that order, adds, for row r,
+// the pixel vectors dycol[((co * ntaps + i) * V + v) * 16 ...] times the broadcast filter value
+// w[co * w_cs + r * w_rs + taps[i]]. dycol is zero where a tap misses dy; the masked kernels (R = 1) also
+// leave those lanes (clear bits of masks[i * V + v]) untouched, so no term outside dy enters a sum, not even
+// 0 x inf. Before each co, the lines [w + co * w_cs + prefetch, + prefetch_bytes) are prefetched (the next
+// tile's part of a filter read in place).
+struct StreamArgs {
+  const float* dycol;
+  const float* w;
+  std::int64_t w_cs, w_rs;
+  const std::int32_t* taps;    // flat tap index (kd, kh, kw) of each step: its offset in a channel's run
+  const std::uint16_t* masks;  // masked kernels only
+  std::int64_t ntaps, nco;
+  std::int64_t prefetch, prefetch_bytes;  // elements after each co's first value, bytes (0: none)
+  float* acc;                             // [R][V * 16], 64-byte aligned
+  bool accumulate;                        // start from acc's values instead of zero
+};
+
+using StreamFn = void (*)(const StreamArgs&);
+
+inline constexpr int kMaxStreamV = 4;
+inline constexpr int kStreamAcc = 24;  // accumulators: R = kStreamAcc / V rows
+constexpr int stream_rows(int v) { return kStreamAcc / v; }
+
 inline constexpr int kMaxNv = 4;
 inline constexpr int kMaxM = 14;
 
@@ -81,6 +106,8 @@ struct KernelSet {
   PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};       // [CI][P], R = pix_rows(CI, P); null where not offered
   PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};  // the same over bf16 channel pairs (vdpbf16ps)
   PixFn pix_bf16_exact[kMaxPixCi + 1][kMaxPixP + 1] = {};  // bf16 pairs widened to fp32, FMAs
+  StreamFn stream[kMaxStreamV + 1][kStreamAcc + 1] = {};   // [V][R]; null where not offered
+  StreamFn stream_masked[kMaxStreamV + 1] = {};            // [V], one row
   // Whether any of n bf16 values is nonzero with magnitude below 2^-56 (see tiny_bf16 in support.hpp).
   bool (*any_tiny_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
   // Whether any of n bf16 values is an infinity or a NaN. Null where the ISA has none.
@@ -120,6 +147,9 @@ struct KernelSet {
   void (*fp16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
   // fp32 -> fp32 rounded to HF32 (numeric::round_to_hf32), n values. Null where the ISA has none.
   void (*round_hf32)(const float* src, float* dst, std::int64_t n) = nullptr;
+  // dst[i] = src[i], i < n, fp32, stored past the caches (a copy that is not read again soon). Not fenced:
+  // the caller runs _mm_sfence before other threads read dst. Null where the ISA has none.
+  void (*copy_uncached)(const float* src, float* dst, std::int64_t n) = nullptr;
 };
 
 // AMX tiles (kernels_amx.cpp): M <= kAmxMaxM pixels x NV <= 2 vectors of 16 input channels over bf16

@@ -131,6 +131,66 @@ struct PixTile {
   }
 };
 
+// R rows x V vectors of pixels of one filter-streaming tile (StreamArgs). Each filter value is broadcast once
+// and multiplies V pixel vectors; the unmasked form relies on dycol's zeros (the engine re-runs a row with
+// the masked form when its sums are not all finite, which a 0 x inf or 0 x NaN would make them).
+template <int R, int V, bool Masked>
+struct StreamTile {
+  static void kernel(const StreamArgs& a) {
+    __m512 acc[R][V];
+    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+      static_for<0, V>([&](auto v) __attribute__((always_inline)) {
+        acc[r][v] = a.accumulate ? _mm512_load_ps(a.acc + (r * V + v) * 16) : _mm512_setzero_ps();
+      });
+    });
+    const float* d = a.dycol;
+    for (std::int64_t co = 0; co < a.nco; ++co) {
+      const float* w = a.w + co * a.w_cs;
+      // An address, not a pointer: the next tile's lines may lie past the filter (prefetches never fault).
+      const auto pf = reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4);
+      for (std::int64_t b = 0; b < a.prefetch_bytes; b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<std::uintptr_t>(b)), _MM_HINT_T0);
+      for (std::int64_t i = 0; i < a.ntaps; ++i, d += V * 16) {
+        __m512 x[V];
+        __mmask16 m[V];
+        static_for<0, V>([&](auto v) __attribute__((always_inline)) {
+          x[v] = _mm512_load_ps(d + v * 16);
+          if constexpr (Masked) m[v] = a.masks[i * V + v];
+        });
+        const float* wt = w + a.taps[i];
+        static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+          const __m512 b = _mm512_set1_ps(wt[r * a.w_rs]);
+          static_for<0, V>([&](auto v) __attribute__((always_inline)) {
+            if constexpr (Masked)
+              acc[r][v] = _mm512_mask3_fmadd_ps(x[v], b, acc[r][v], m[v]);
+            else
+              acc[r][v] = _mm512_fmadd_ps(x[v], b, acc[r][v]);
+          });
+        });
+      }
+    }
+    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+      static_for<0, V>([&](auto v) __attribute__((always_inline)) {
+        _mm512_store_ps(a.acc + (r * V + v) * 16, acc[r][v]);
+      });
+    });
+  }
+};
+
+void copy_uncached(const float* src, float* dst, std::int64_t n) {
+  const auto at = reinterpret_cast<std::uintptr_t>(dst);
+  if (at % 4 != 0) {  // no aligned lines to stream into
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
+    return;
+  }
+  // Plain stores up to dst's first 64-byte boundary, streaming stores of whole lines, plain stores after.
+  std::int64_t i = 0;
+  const std::int64_t head = std::min<std::int64_t>(n, static_cast<std::int64_t>((64 - at % 64) % 64 / 4));
+  for (; i < head; ++i) dst[i] = src[i];
+  for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
 // The largest P offered for CI keeps CI * P accumulators within the budget.
 constexpr int pix_max_p(int ci) { return std::min(kMaxPixP, (kPixAcc - ci) / ci); }
 
@@ -558,6 +618,10 @@ const KernelSet& avx512_kernels() {
         s.pix_bf16_exact[ci][p] = &PixTile<ci, p, PixMode::pair_exact>::kernel;
       });
     });
+    static_for<1, kMaxStreamV + 1>([&](auto v) {
+      static_for<1, stream_rows(v) + 1>([&](auto r) { s.stream[v][r] = &StreamTile<r, v, false>::kernel; });
+      s.stream_masked[v] = &StreamTile<1, v, true>::kernel;
+    });
     s.to_bf16 = &to_bf16;
     s.store_rows_bf16 = &store_rows_bf16;
     s.to_fp16 = &to_fp16;
@@ -568,6 +632,7 @@ const KernelSet& avx512_kernels() {
     s.bf16_to_f32 = &bf16_to_f32;
     s.fp16_to_f32 = &fp16_to_f32;
     s.round_hf32 = &round_hf32;
+    s.copy_uncached = &copy_uncached;
     return s;
   }();
   return set;
