@@ -221,8 +221,11 @@ void Plan::execute_packed(const void* out_backprop, void* y, void* workspace) {
 
 void Plan::execute(const void* out_backprop, const void* filter, void* y, void* workspace) {
   State& s = *state_;
-  if (s.problem.y_elements() == 0) {
-    pack_filter(filter);
+  if (s.problem.y_elements() == 0) {  // nothing to compute; the filter is packed only if it is to be kept
+    if (s.keep_filter) return pack_filter(filter);
+    require(filter, "filter");
+    std::unique_lock lock(s.filter_mutex);
+    s.filter_packed = false;
     return;
   }
   require(filter, "filter");

@@ -776,6 +776,19 @@ TEST_F(CpuStream, TakesSmallMapsWithLargeFiltersOnly) {
     plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
     EXPECT_TRUE(matches_reference(p, inst));
   }
+  {  // N = 0: planned, packed and run as an empty success
+    Case empty = big;
+    empty.N = 0;
+    Instance inst = instantiate(empty, rng, Fill::random);
+    const Problem p = validate(inst.spec);
+    auto engine = make(p, 2);
+    ASSERT_TRUE(engine);
+    std::vector<unsigned char> workspace(engine->workspace_bytes());
+    engine->pack_filter(inst.filter.view.data);
+    engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
+    engine->execute_with_filter(inst.dy.view.data, inst.filter.view.data, inst.y.view.data, workspace.data(),
+                                false);
+  }
   Case dhwcn = big, wide = big, small = big, narrow = big;
   dhwcn.filter_format = Layout::DHWCN;
   wide.in = {2, 8, 9};  // 144 pixels

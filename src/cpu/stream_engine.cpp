@@ -52,8 +52,9 @@ class StreamEngine final : public EngineImpl {
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {
     const Problem& p = p_;
-    const std::int64_t total = p.N * pixels_;
-    v_ = static_cast<int>(std::min<std::int64_t>(kMaxStreamV, ceil_div(total, 16)));
+    const std::int64_t total = p.N * pixels_;  // 0 when N is 0: no chunks, and run() returns at once
+    v_ =
+        static_cast<int>(std::min<std::int64_t>(kMaxStreamV, ceil_div(std::max<std::int64_t>(total, 1), 16)));
     width_ = 16 * v_;
     rows_ = stream_rows(v_);
     tiles_ = ceil_div(p.Cin_g, rows_);
@@ -85,18 +86,19 @@ class StreamEngine final : public EngineImpl {
     return static_cast<std::size_t>(p_.Cout() * taps_ * width_ * 4 + 64);
   }
 
-  // The packed form is the filter widened (and rounded) to fp32, dense [co][ci][tap]: one output channel's
-  // values are a widened block.
+  // The packed form is the filter widened (and rounded) to fp32, dense [co][ci][tap], written as widened
+  // blocks of one output channel and a pass's input channels.
   void pack_filter(const void* filter) override {
     allocate_copy();
     FilterSource f = source_;
     f.base = filter;
+    const std::int64_t step = pass_tiles_ * rows_;
     parallel_for(threads_, p_.Cout(), [&](std::int64_t begin, std::int64_t end) {
-      std::unique_ptr<float[]> rows(taps_first_ ? nullptr
-                                                : new float[static_cast<std::size_t>(p_.Cin_g * taps_)]);
+      const Scratch scratch(*this);
       for (std::int64_t co = begin; co < end; ++co)
-        widen_block(f, co, 1, 0, p_.Cin_g, static_cast<float*>(copy_.get()) + co * p_.Cin_g * taps_,
-                    rows.get());
+        for (std::int64_t ci0 = 0; ci0 < p_.Cin_g; ci0 += step)
+          widen_block(f, co, 1, ci0, std::min(step, p_.Cin_g - ci0),
+                      static_cast<float*>(copy_.get()) + (co * p_.Cin_g + ci0) * taps_, scratch.rows.get());
     });
   }
 
@@ -314,7 +316,8 @@ class StreamEngine final : public EngineImpl {
 
   // One input channel's sums again with the masked kernel, which skips lanes whose tap misses dy: the
   // unmasked sums were not all finite, so a 0 x inf or 0 x NaN may have entered them. The same terms in the
-  // same order otherwise, so a finite row would come out the same.
+  // same order otherwise, so a finite row would come out with the same values (a zero's sign aside: +0 x w
+  // added to a sum that underflowed to -0 makes it +0).
   void rerun_masked(const Chunk& c, std::int64_t g, std::int64_t ci, const float* dycol,
                     const FilterSource& f, Scratch& scratch, float* out) const {
     const std::int64_t ntaps = static_cast<std::int64_t>(c.taps.size());
