@@ -367,7 +367,7 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     ASSERT_GE(plan.declined().size(), 7u);
     EXPECT_EQ(plan.declined()[0].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[0];
     EXPECT_EQ(plan.declined()[1],
-              "stream_avx512: the filter has fewer than 1048576 elements: packing it costs little");
+              "stream_avx512: the filter has 2160 elements, fewer than 2^20: packing it costs little");
     EXPECT_NE(plan.declined()[2].find("pixel_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[2];
     EXPECT_EQ(plan.declined()[3], "pixel_avx512: Cin/groups is 20, more than 8");
@@ -628,7 +628,7 @@ class CpuStream : public ::testing::Test {
   }
   static std::unique_ptr<EngineImpl> make(const Problem& p, int threads) {
     std::string why;
-    auto engine = cpu::make_stream(named_request(p, threads, Isa::avx512), 0, why);
+    auto engine = cpu::make_stream(named_request(p, threads, Isa::avx512), true, why);
     EXPECT_TRUE(engine) << why;
     return engine;
   }
@@ -679,9 +679,10 @@ TEST_F(CpuStream, MatchesReferenceAcrossChunksTilesAndBlocks) {
     std::int64_t n;
     std::array<std::int64_t, 3> in;
   };
-  // 1, 15, 16, 17, 30, 32, 45, 64, 65 and 128 pixels: one to four vectors, one or two chunks.
-  const Map maps[] = {{1, {1, 1, 1}}, {1, {1, 3, 5}}, {1, {1, 4, 4}}, {1, {1, 1, 17}}, {1, {1, 5, 6}},
-                      {2, {1, 4, 4}}, {1, {3, 3, 5}}, {1, {2, 4, 8}}, {1, {5, 13, 1}}, {2, {2, 4, 8}}};
+  // 1, 15, 16, 17, 30, 32, 45, 64, 65, 128, 189 and 512 pixels: one to four vectors, one to eight chunks.
+  const Map maps[] = {{1, {1, 1, 1}},  {1, {1, 3, 5}}, {1, {1, 4, 4}}, {1, {1, 1, 17}},
+                      {1, {1, 5, 6}},  {2, {1, 4, 4}}, {1, {3, 3, 5}}, {1, {2, 4, 8}},
+                      {1, {5, 13, 1}}, {2, {2, 4, 8}}, {1, {3, 7, 9}}, {2, {4, 8, 8}}};
   // 5 x 5 x 3 = 75 taps: one output channel per dy block at 64 pixels.
   const std::array<std::int64_t, 3> kernels[] = {{3, 3, 3}, {1, 1, 1}, {2, 3, 1}, {5, 5, 3}};
   int k = 0;
@@ -776,6 +777,14 @@ TEST_F(CpuStream, TakesSmallMapsWithLargeFiltersOnly) {
     plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
     EXPECT_TRUE(matches_reference(p, inst));
   }
+  {  // 256 pixels (4 x 8 x 8), 10368 filter elements per pixel, 1.43x the multiplies: taken
+    Case larger = big;
+    larger.in = {4, 8, 8};
+    larger.Cin = 614;
+    const Problem p = validate(instantiate(larger, rng, Fill::small_integers).spec);
+    std::string why;
+    EXPECT_TRUE(cpu::make_stream(named_request(p, 2, Isa::avx512), why)) << why;
+  }
   {  // N = 0: planned, packed and run as an empty success
     Case empty = big;
     empty.N = 0;
@@ -791,14 +800,24 @@ TEST_F(CpuStream, TakesSmallMapsWithLargeFiltersOnly) {
   }
   Case dhwcn = big, wide = big, small = big, narrow = big;
   dhwcn.filter_format = Layout::DHWCN;
-  wide.in = {2, 8, 9};  // 144 pixels
+  wide.in = {2, 8, 9};  // 144 pixels: 7680 filter elements per pixel
   small.Cout = 150;     // 1036800 elements
-  narrow.Cin = 48;      // a 2 x 32-pixel image is one chunk of 64 pixels
+  Case huge_map = wide;
+  huge_map.in = {2, 16, 17};  // 544 pixels
+  // 192 pixels of 4 x 4 x 4 maps, 10800 filter elements per pixel, but a 3 x 3 x 3 tap misses dy from 42 %
+  // of the (pixel, tap) pairs: 1.72x the multiplies.
+  Case bordered = big;
+  bordered.N = 3;
+  bordered.in = {4, 4, 4};
+  bordered.Cin = 480;
+  narrow.Cin = 48;  // a 2 x 32-pixel image is one chunk of 64 pixels
   narrow.N = 2;
   narrow.Cout = 1000;
   const std::pair<Case, std::string> refused[] = {{dhwcn, "nor its input channels are contiguous"},
-                                                  {wide, "144 pixels"},
-                                                  {small, "fewer than 1048576"},
+                                                  {wide, "fewer than 10240 per pixel beyond 128"},
+                                                  {huge_map, "544 pixels (N x D x H x W), more than 512"},
+                                                  {bordered, "1.72x the multiplies inside dy, more than 1.5"},
+                                                  {small, "fewer than 2^20"},
                                                   {narrow, "48, fewer"}};
   for (const auto& [c, needle] : refused) {
     Instance inst = instantiate(c, rng, Fill::random);

@@ -15,8 +15,16 @@
 namespace conv3d_dx::cpu {
 namespace {
 
-constexpr std::int64_t kMaxPixels = 128;              // y pixels of all images: two chunks of 64 at most
-constexpr std::int64_t kMinFilterElements = 1 << 20;  // below, packing costs little (the GEMM engine)
+// When the GEMM engine's packing and reuse of the filter pay instead (paired runs on the Xeon, no AMX): a
+// 2^20-element filter streamed over 128 pixels took 0.75x the GEMM engine's time. Beyond 128 pixels, with
+// 10.4K and more filter elements per pixel and at most 1.43x the GEMM engine's multiplies (the kernels
+// also multiply the zeros where a tap misses dy), 0.66-0.78x; with 6.9K or fewer per pixel 0.99-1.34x; with
+// 18K per pixel but 1.64x the multiplies (suite shape e) 1.2-1.6x.
+constexpr std::int64_t kMaxPixels = 512;              // y pixels of all images: eight chunks of 64 at most
+constexpr std::int64_t kMinFilterElements = 1 << 20;  // below, packing costs little
+constexpr std::int64_t kSmallMap = 128;               // pixels beyond which the filter must be larger still
+constexpr std::int64_t kElementsPerPixel = 10240;     // ... per pixel
+constexpr double kMaxExtraWork = 1.5;                 // and the multiplies no more than this x the GEMM's
 constexpr std::int64_t kMaxTaps = 4096;               // per-chunk tap tables stay small
 constexpr std::int64_t kDycolBlockBytes = 16 << 10;   // dy rows of one block of output channels: in L1
 constexpr std::int64_t kPassBytes = 64 << 10;         // accumulators of one pass of tiles: in L2
@@ -383,13 +391,40 @@ class StreamEngine final : public EngineImpl {
   AlignedPtr copy_;  // the packed filter: fp32 [co][ci][tap], allocated at the first pack
 };
 
+// The multiply-adds per (input, output) channel pair: the kernels' (every lane of a chunk for each tap that
+// reaches dy from one of its pixels) over the terms inside dy. Where the map is large enough for several
+// chunks, a tap that misses every pixel of one chunk but not another's is counted for both (an upper bound).
+double extra_work(const Problem& p, std::int64_t width) {
+  std::int64_t dense_taps = 0, terms = 0;
+  const std::int64_t pixels = p.N * p.y_size[0] * p.y_size[1] * p.y_size[2];
+  for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
+    for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
+      for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw) {
+        const std::int64_t k[3] = {kd, kh, kw};
+        std::int64_t reached = p.N;  // y pixels this tap takes a dy value to
+        for (int a = 0; a < 3; ++a) {
+          std::int64_t count = 0;
+          for (std::int64_t i = 0; i < p.y_size[a]; ++i) {
+            const std::int64_t num = i + p.pad_front[a] - k[a] * p.dilation[a];
+            count += num >= 0 && num % p.stride[a] == 0 && num / p.stride[a] < p.dy_size[a];
+          }
+          reached *= count;
+        }
+        dense_taps += reached > 0;
+        terms += reached;
+      }
+  return terms == 0
+             ? 0.0
+             : static_cast<double>(ceil_div(pixels, width) * width * dense_taps) / static_cast<double>(terms);
+}
+
 }  // namespace
 
 std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, std::string& why_not) {
-  return make_stream(request, kMinFilterElements, why_not);
+  return make_stream(request, false, why_not);
 }
 
-std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, std::int64_t min_filter_elements,
+std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, bool any_filter_size,
                                         std::string& why_not) {
   const Problem& p = request.problem;
   why_not = fast_engine_refusal(Isa::avx512, request, false);
@@ -397,6 +432,7 @@ std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, std::int64
   const auto& s = p.filter_strides;
   const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const std::int64_t pixels = p.N * p.y_size[0] * p.y_size[1] * p.y_size[2];
+  const std::int64_t elements = saturating_mul(p.Cout(), saturating_mul(p.Cin_g, taps));
   const std::int64_t width =
       16 * std::min<std::int64_t>(kMaxStreamV, ceil_div(std::max<std::int64_t>(pixels, 1), 16));
   if (s[3] != p.kernel[2] * s[4] || s[2] != p.kernel[1] * s[3] || (s[4] != 1 && s[1] != 1))
@@ -404,9 +440,18 @@ std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, std::int64
   else if (pixels > kMaxPixels)
     why_not = "y has " + std::to_string(pixels) + " pixels (N x D x H x W), more than " +
               std::to_string(kMaxPixels) + ": the filter is reused enough to pack";
-  else if (saturating_mul(p.Cout(), saturating_mul(p.Cin_g, taps)) < min_filter_elements)
-    why_not = "the filter has fewer than " + std::to_string(min_filter_elements) +
-              " elements: packing it costs little";
+  else if (!any_filter_size && elements < kMinFilterElements)
+    why_not =
+        "the filter has " + std::to_string(elements) + " elements, fewer than 2^20: packing it costs little";
+  else if (!any_filter_size && pixels > kSmallMap && elements < kElementsPerPixel * pixels)
+    why_not = "the filter has " + std::to_string(elements) + " elements for " + std::to_string(pixels) +
+              " pixels (N x D x H x W), fewer than " + std::to_string(kElementsPerPixel) +
+              " per pixel beyond " + std::to_string(kSmallMap) + ": packing it is reused enough";
+  else if (!any_filter_size && pixels > kSmallMap && extra_work(p, width) > kMaxExtraWork)
+    why_not = "beyond " + std::to_string(kSmallMap) +
+              " pixels, multiplying the zeros where taps miss dy would cost " +
+              std::to_string(extra_work(p, width)).substr(0, 4) + "x the multiplies inside dy, more than " +
+              std::to_string(kMaxExtraWork).substr(0, 3);
   else if (p.Cin_g < width)
     why_not = "Cin/groups is " + std::to_string(p.Cin_g) + ", fewer than the " + std::to_string(width) +
               " pixels of a chunk: dy gathered per tap would outweigh the filter";
