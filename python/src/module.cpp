@@ -272,10 +272,10 @@ nb::tuple backprop_input(const Attrs& attrs, InArray filter, const std::string& 
 class BoundPlan {
  public:
   BoundPlan(const Attrs& attrs, InArray filter, const std::string& filter_dtype, InArray out_backprop,
-            const std::string& dy_dtype, int threads)
+            const std::string& dy_dtype, int threads, bool keep_filter)
       : spec_(make_spec(attrs, filter, filter_dtype, out_backprop, dy_dtype)),
         insert_d_(attrs.input_size.size() == 4),
-        plan_(validate_as(spec_, "output_dtype"), Options{threads, Isa::best, false}) {
+        plan_(validate_as(spec_, "output_dtype"), Options{threads, Isa::best, false, 0, keep_filter}) {
     pack_filter(filter);
   }
 
@@ -446,9 +446,9 @@ NB_MODULE(_core, m) {
         nb::arg("allocate"), nb::arg("threads"));
 
   nb::class_<BoundPlan>(m, "Plan")
-      .def(nb::init<const Attrs&, InArray, const std::string&, InArray, const std::string&, int>(),
+      .def(nb::init<const Attrs&, InArray, const std::string&, InArray, const std::string&, int, bool>(),
            nb::arg("attrs"), nb::arg("filter"), nb::arg("filter_dtype"), nb::arg("out_backprop"),
-           nb::arg("dy_dtype"), nb::arg("threads"))
+           nb::arg("dy_dtype"), nb::arg("threads"), nb::arg("keep_filter"))
       .def("pack_filter", &BoundPlan::pack_filter, nb::arg("filter"))
       .def("execute", &BoundPlan::execute, nb::arg("out_backprop"), nb::arg("filter"), nb::arg("out"))
       .def("execute_packed", &BoundPlan::execute_packed, nb::arg("out_backprop"), nb::arg("out"))

@@ -262,6 +262,22 @@ def test_plan(rng):
         conv3d_dx.Plan(INPUT_SIZE, w, dy_ndhwc, [1, 1, 2, 2, 1], CASE.pads, DILATIONS, groups=2)
 
 
+def test_plan_without_keeping_the_filter(rng):
+    """keep_filter=False: execute() gives the same result but leaves nothing for execute_packed(), which asks
+    for pack_filter() first."""
+    dy, w, dy_ndhwc, _ = arrays(rng)
+    plan = conv3d_dx.Plan(INPUT_SIZE, w, dy_ndhwc, STRIDES, CASE.pads, DILATIONS, groups=2, keep_filter=False)
+    expected = call(w, dy_ndhwc)
+    np.testing.assert_array_equal(plan.execute_packed(dy_ndhwc), expected)  # packed when the plan was made
+    w2 = random_values(rng, CASE.w_shape(), "fp32")
+    np.testing.assert_array_equal(plan.execute(dy_ndhwc, w2), call(w2, dy_ndhwc))
+    with pytest.raises(ValueError, match="filter has not been packed") as info:
+        plan.execute_packed(dy_ndhwc)
+    assert info.value.parameter == "filter"
+    plan.pack_filter(w)
+    np.testing.assert_array_equal(plan.execute_packed(dy_ndhwc), expected)
+
+
 def test_gil_is_released_while_computing(rng):
     """Another Python thread keeps running during a long call (one engine thread, so a core stays free)."""
     case = Case(N=1, Cin=64, Cout=64, size=[12, 40, 40])
