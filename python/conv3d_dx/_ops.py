@@ -110,7 +110,7 @@ class Plan:
         dx = plan.execute(dy, w2)           # packs w2 (kept for execute_packed), then runs
 
     With keep_filter=False, execute() need not keep the filter it is given, so an engine may read it in
-    place without packing it (a large filter on a small feature map: 2-4x faster); execute_packed() then
+    place without packing it (a large filter on a small feature map: about 2-3x faster); execute_packed() then
     needs a pack_filter() first.
     """
 
