@@ -1335,7 +1335,9 @@ TEST(CpuGeometry, PhasesMatchBruteForce) {
       std::set<std::pair<std::int64_t, std::int64_t>> want, got;
       for (std::int64_t kk = 0; kk < k; ++kk) {
         const std::int64_t pos = i + pad - kk * d;
-        if (pos >= 0 && pos % s == 0 && pos / s < out) want.insert({kk, pos / s});
+        const bool inside = pos >= 0 && pos % s == 0 && pos / s < out;
+        if (inside) want.insert({kk, pos / s});
+        ASSERT_EQ(axis.dy_index(i, kk), inside ? pos / s : -1) << "i " << i << " k " << kk;
       }
       const auto& ph = axis.phases[static_cast<std::size_t>(axis.phase_of(i))];
       const std::int64_t j = axis.j_of(i);

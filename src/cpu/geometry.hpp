@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "conv3d_dx/conv3d_dx.hpp"
+
 namespace conv3d_dx::cpu {
 
 struct AxisTap {
@@ -44,9 +46,22 @@ struct Axis {
       if (valid(t, j)) return true;
     return false;
   }
+  // The dy index y index i takes through kernel index k, or -1 (k is not a tap of i's phase, or lands
+  // outside dy).
+  std::int64_t dy_index(std::int64_t i, std::int64_t k) const {
+    const std::int64_t j = j_of(i);
+    for (const AxisTap& t : phases[static_cast<std::size_t>(phase_of(i))].taps)
+      if (t.k == k) return valid(t, j) ? j + t.off : -1;
+    return -1;
+  }
 
  private:
   std::int64_t pad_ = 0;
 };
+
+// Spatial axis a (0: D, 1: H, 2: W) of a problem.
+inline Axis axis_of(const Problem& p, int a) {
+  return Axis(p.y_size[a], p.dy_size[a], p.kernel[a], p.stride[a], p.dilation[a], p.pad_front[a]);
+}
 
 }  // namespace conv3d_dx::cpu

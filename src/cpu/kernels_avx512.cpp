@@ -179,10 +179,6 @@ struct StreamTile {
 
 void copy_uncached(const float* src, float* dst, std::int64_t n) {
   const auto at = reinterpret_cast<std::uintptr_t>(dst);
-  if (at % 4 != 0) {  // no aligned lines to stream into
-    std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
-    return;
-  }
   // Plain stores up to dst's first 64-byte boundary, streaming stores of whole lines, plain stores after.
   std::int64_t i = 0;
   const std::int64_t head = std::min<std::int64_t>(n, static_cast<std::int64_t>((64 - at % 64) % 64 / 4));

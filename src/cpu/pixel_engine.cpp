@@ -23,9 +23,7 @@ class PixelEngine final : public EngineImpl {
         ks_(ks),
         pairs_(pairs),
         k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
-        ax_{Axis(p_.y_size[0], p_.dy_size[0], p_.kernel[0], p_.stride[0], p_.dilation[0], p_.pad_front[0]),
-            Axis(p_.y_size[1], p_.dy_size[1], p_.kernel[1], p_.stride[1], p_.dilation[1], p_.pad_front[1]),
-            Axis(p_.y_size[2], p_.dy_size[2], p_.kernel[2], p_.stride[2], p_.dilation[2], p_.pad_front[2])},
+        ax_{axis_of(p_, 0), axis_of(p_, 1), axis_of(p_, 2)},
         ci_(static_cast<int>(p_.Cin_g)),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {

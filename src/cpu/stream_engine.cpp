@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/parallel.hpp"
+#include "cpu/geometry.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/support.hpp"
 #include "problem/checked.hpp"
@@ -19,7 +20,7 @@ namespace {
 // 2^20-element filter streamed over 128 pixels took 0.75x the GEMM engine's time. Beyond 128 pixels, with
 // 10.4K and more filter elements per pixel and at most 1.43x the GEMM engine's multiplies (the kernels
 // also multiply the zeros where a tap misses dy), 0.66-0.78x; with 6.9K or fewer per pixel 0.99-1.34x; with
-// 18K per pixel but 1.64x the multiplies (suite shape e) 1.2-1.6x.
+// 18K per pixel but 1.68x the multiplies (suite shape e) 1.2-1.6x.
 constexpr std::int64_t kMaxPixels = 512;              // y pixels of all images: eight chunks of 64 at most
 constexpr std::int64_t kMinFilterElements = 1 << 20;  // below, packing costs little
 constexpr std::int64_t kSmallMap = 128;               // pixels beyond which the filter must be larger still
@@ -29,6 +30,27 @@ constexpr std::int64_t kMaxTaps = 4096;               // per-chunk tap tables st
 constexpr std::int64_t kDycolBlockBytes = 16 << 10;   // dy rows of one block of output channels: in L1
 constexpr std::int64_t kPassBytes = 64 << 10;         // accumulators of one pass of tiles: in L2
 constexpr std::int64_t kWidenedBytes = 256 << 10;     // a pass's block of widened filter values: in L2
+
+// Pixels per chunk: up to four vectors of 16 (at least one, for an empty y).
+std::int64_t chunk_width(std::int64_t pixels) {
+  return 16 * std::min<std::int64_t>(kMaxStreamV, ceil_div(std::max<std::int64_t>(pixels, 1), 16));
+}
+
+// The dy element offset (n, d, h, w; channel 0) that y pixel `pix` of image n takes through flat tap t, or
+// -1 when the tap misses dy there.
+std::int64_t tap_source(const Problem& p, const Axis (&ax)[3], std::int64_t n, std::int64_t pix,
+                        std::int64_t t) {
+  const std::int64_t i[3] = {pix / (p.y_size[1] * p.y_size[2]), pix / p.y_size[2] % p.y_size[1],
+                             pix % p.y_size[2]};
+  const std::int64_t k[3] = {t / (p.kernel[1] * p.kernel[2]), t / p.kernel[2] % p.kernel[1], t % p.kernel[2]};
+  std::int64_t off = n * p.dy_strides[0];
+  for (int a = 0; a < 3; ++a) {
+    const std::int64_t o = ax[a].dy_index(i[a], k[a]);
+    if (o < 0) return -1;
+    off += o * p.dy_strides[2 + a];
+  }
+  return off;
+}
 
 // One chunk of y pixels (lanes): the taps that reach dy from at least one of its pixels, in kernel order,
 // and for each of them the dy element each lane reads (-1: none) and the lanes that read one.
@@ -61,9 +83,8 @@ class StreamEngine final : public EngineImpl {
         w_reader_(p_.filter_dtype, p_.input_rounding) {
     const Problem& p = p_;
     const std::int64_t total = p.N * pixels_;  // 0 when N is 0: no chunks, and run() returns at once
-    v_ =
-        static_cast<int>(std::min<std::int64_t>(kMaxStreamV, ceil_div(std::max<std::int64_t>(total, 1), 16)));
-    width_ = 16 * v_;
+    width_ = chunk_width(total);
+    v_ = static_cast<int>(width_ / 16);
     rows_ = stream_rows(v_);
     tiles_ = ceil_div(p.Cin_g, rows_);
     co_block_ = std::clamp<std::int64_t>(kDycolBlockBytes / (taps_ * width_ * 4), 1, p.Cout_g);
@@ -80,7 +101,9 @@ class StreamEngine final : public EngineImpl {
     const std::int64_t per_thread =
         (pass_tiles_ * rows_ * width_ + (co_block_ + 1) * pass_tiles_ * rows_ * taps_ + width_ + 64) * 4;
     check_memory(request, name(), {saturating_add(copy, tables), saturating_add(dycol, 64), per_thread});
-    for (std::int64_t first = 0; first < total; first += width_) chunks_.push_back(make_chunk(first, total));
+    const Axis ax[3] = {axis_of(p, 0), axis_of(p, 1), axis_of(p, 2)};
+    for (std::int64_t first = 0; first < total; first += width_)
+      chunks_.push_back(make_chunk(ax, first, total));
   }
 
   std::string name() const override { return "stream_avx512"; }
@@ -124,32 +147,18 @@ class StreamEngine final : public EngineImpl {
   }
 
  private:
-  Chunk make_chunk(std::int64_t first, std::int64_t total) const {
+  Chunk make_chunk(const Axis (&ax)[3], std::int64_t first, std::int64_t total) const {
     Chunk c;
     c.first = first;
     c.count = std::min(width_, total - first);
-    const auto& ds = p_.dy_strides;
     std::vector<std::int64_t> src(static_cast<std::size_t>(width_));
     for (std::int64_t t = 0; t < taps_; ++t) {
-      const std::int64_t k[3] = {t / (p_.kernel[1] * p_.kernel[2]), t / p_.kernel[2] % p_.kernel[1],
-                                 t % p_.kernel[2]};
       bool any = false;
       for (std::int64_t lane = 0; lane < width_; ++lane) {
-        src[static_cast<std::size_t>(lane)] = -1;
-        if (lane >= c.count) continue;
-        const std::int64_t q = first + lane, n = q / pixels_, pix = q % pixels_;
-        const std::int64_t at[3] = {pix / (p_.y_size[1] * p_.y_size[2]), pix / p_.y_size[2] % p_.y_size[1],
-                                    pix % p_.y_size[2]};
-        std::int64_t off = n * ds[0];
-        bool inside = true;
-        for (int a = 0; a < 3 && inside; ++a) {
-          // y pixel i takes dy pixel o through tap k where o * stride = i + pad - k * dilation.
-          const std::int64_t num = at[a] + p_.pad_front[a] - k[a] * p_.dilation[a];
-          inside = num >= 0 && num % p_.stride[a] == 0 && num / p_.stride[a] < p_.dy_size[a];
-          off += num / p_.stride[a] * ds[2 + a];
-        }
-        if (inside) src[static_cast<std::size_t>(lane)] = off;
-        any |= inside;
+        const std::int64_t q = first + lane;
+        src[static_cast<std::size_t>(lane)] =
+            lane < c.count ? tap_source(p_, ax, q / pixels_, q % pixels_, t) : -1;
+        any |= src[static_cast<std::size_t>(lane)] >= 0;
       }
       if (!any) continue;
       c.taps.push_back(static_cast<std::int32_t>(t));
@@ -232,11 +241,27 @@ class StreamEngine final : public EngineImpl {
     return {scratch.w.get(), nci * taps_, taps_};
   }
 
+  // The kernel arguments shared by the fast and the masked kernels: the chunk's taps over block b's output
+  // channels, from gco0.
+  StreamArgs args(const Chunk& c, const float* dycol, const Block& b, std::int64_t gco0, std::int64_t nco,
+                  float* acc, bool accumulate) const {
+    StreamArgs a{};
+    a.dycol = dycol + gco0 * static_cast<std::int64_t>(c.taps.size()) * width_;
+    a.w = b.w;
+    a.w_cs = b.cs;
+    a.w_rs = b.rs;
+    a.taps = c.taps.data();
+    a.ntaps = static_cast<std::int64_t>(c.taps.size());
+    a.nco = nco;
+    a.acc = acc;
+    a.accumulate = accumulate;
+    return a;
+  }
+
   // Tiles [t0, t0 + nt) of group g over the chunk's pixels, reduced block of output channels by block (each
   // block's dy rows stay in L1 across the tiles), then checked, then stored.
   void run_pass(const Chunk& c, std::int64_t g, std::int64_t t0, std::int64_t nt, const float* dycol,
                 const FilterSource& f, float* copy, void* y, Scratch& scratch) const {
-    const std::int64_t ntaps = static_cast<std::int64_t>(c.taps.size());
     const std::int64_t ci_first = t0 * rows_, nci = std::min(p_.Cin_g, (t0 + nt) * rows_) - ci_first;
     float* acc = static_cast<float*>(align64(scratch.acc.get()));
     for (std::int64_t co0 = 0; co0 < p_.Cout_g; co0 += co_block_) {
@@ -245,16 +270,8 @@ class StreamEngine final : public EngineImpl {
       if (copy != nullptr) store_copy(b, gco0, nco, ci_first, nci, copy);
       for (std::int64_t k = 0; k < nt; ++k) {
         const std::int64_t ci0 = (t0 + k) * rows_, r = std::min<std::int64_t>(rows_, p_.Cin_g - ci0);
-        StreamArgs a{};
-        a.dycol = dycol + gco0 * ntaps * width_;
-        a.w = b.w + (ci0 - ci_first) * b.rs;
-        a.w_cs = b.cs;
-        a.w_rs = b.rs;
-        a.taps = c.taps.data();
-        a.ntaps = ntaps;
-        a.nco = nco;
-        a.acc = acc + k * rows_ * width_;
-        a.accumulate = co0 > 0;
+        StreamArgs a = args(c, dycol, b, gco0, nco, acc + k * rows_ * width_, co0 > 0);
+        a.w += (ci0 - ci_first) * b.rs;
         if (f.in_place && b.rs == taps_) {  // the next tile's rows follow on
           a.prefetch = r * taps_;
           a.prefetch_bytes = rows_ * taps_ * 4;
@@ -328,21 +345,11 @@ class StreamEngine final : public EngineImpl {
   // added to a sum that underflowed to -0 makes it +0).
   void rerun_masked(const Chunk& c, std::int64_t g, std::int64_t ci, const float* dycol,
                     const FilterSource& f, Scratch& scratch, float* out) const {
-    const std::int64_t ntaps = static_cast<std::int64_t>(c.taps.size());
     float* row = static_cast<float*>(align64(scratch.row.get()));
     for (std::int64_t co0 = 0; co0 < p_.Cout_g; co0 += co_block_) {
       const std::int64_t nco = std::min(co_block_, p_.Cout_g - co0), gco0 = g * p_.Cout_g + co0;
-      const Block b = block(f, gco0, nco, ci, 1, scratch);
-      StreamArgs a{};
-      a.dycol = dycol + gco0 * ntaps * width_;
-      a.w = b.w;
-      a.w_cs = b.cs;
-      a.taps = c.taps.data();
+      StreamArgs a = args(c, dycol, block(f, gco0, nco, ci, 1, scratch), gco0, nco, row, co0 > 0);
       a.masks = c.masks.data();
-      a.ntaps = ntaps;
-      a.nco = nco;
-      a.acc = row;
-      a.accumulate = co0 > 0;
       ks_.stream_masked[v_](a);
     }
     std::copy(row, row + width_, out);
@@ -394,25 +401,16 @@ class StreamEngine final : public EngineImpl {
 // The multiply-adds per (input, output) channel pair: the kernels' (every lane of a chunk for each tap that
 // reaches dy from one of its pixels) over the terms inside dy. Where the map is large enough for several
 // chunks, a tap that misses every pixel of one chunk but not another's is counted for both (an upper bound).
-double extra_work(const Problem& p, std::int64_t width) {
+double extra_work(const Problem& p, std::int64_t pixels, std::int64_t width) {
+  const Axis ax[3] = {axis_of(p, 0), axis_of(p, 1), axis_of(p, 2)};
   std::int64_t dense_taps = 0, terms = 0;
-  const std::int64_t pixels = p.N * p.y_size[0] * p.y_size[1] * p.y_size[2];
-  for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
-    for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
-      for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw) {
-        const std::int64_t k[3] = {kd, kh, kw};
-        std::int64_t reached = p.N;  // y pixels this tap takes a dy value to
-        for (int a = 0; a < 3; ++a) {
-          std::int64_t count = 0;
-          for (std::int64_t i = 0; i < p.y_size[a]; ++i) {
-            const std::int64_t num = i + p.pad_front[a] - k[a] * p.dilation[a];
-            count += num >= 0 && num % p.stride[a] == 0 && num / p.stride[a] < p.dy_size[a];
-          }
-          reached *= count;
-        }
-        dense_taps += reached > 0;
-        terms += reached;
-      }
+  for (std::int64_t t = 0; t < p.kernel[0] * p.kernel[1] * p.kernel[2]; ++t) {
+    std::int64_t reached = 0;  // y pixels of an image this tap takes a dy value to
+    for (std::int64_t pix = 0; pix < p.y_size[0] * p.y_size[1] * p.y_size[2]; ++pix)
+      reached += tap_source(p, ax, 0, pix, t) >= 0;
+    dense_taps += reached > 0;
+    terms += p.N * reached;
+  }
   return terms == 0
              ? 0.0
              : static_cast<double>(ceil_div(pixels, width) * width * dense_taps) / static_cast<double>(terms);
@@ -433,10 +431,11 @@ std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, bool any_f
   const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const std::int64_t pixels = p.N * p.y_size[0] * p.y_size[1] * p.y_size[2];
   const std::int64_t elements = saturating_mul(p.Cout(), saturating_mul(p.Cin_g, taps));
-  const std::int64_t width =
-      16 * std::min<std::int64_t>(kMaxStreamV, ceil_div(std::max<std::int64_t>(pixels, 1), 16));
+  const std::int64_t width = chunk_width(pixels);
   if (s[3] != p.kernel[2] * s[4] || s[2] != p.kernel[1] * s[3] || (s[4] != 1 && s[1] != 1))
     why_not = "neither the filter's taps nor its input channels are contiguous (NCDHW or NDHWC filter)";
+  else if (taps > kMaxTaps)
+    why_not = "kernel has more than " + std::to_string(kMaxTaps) + " taps";
   else if (pixels > kMaxPixels)
     why_not = "y has " + std::to_string(pixels) + " pixels (N x D x H x W), more than " +
               std::to_string(kMaxPixels) + ": the filter is reused enough to pack";
@@ -447,16 +446,17 @@ std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, bool any_f
     why_not = "the filter has " + std::to_string(elements) + " elements for " + std::to_string(pixels) +
               " pixels (N x D x H x W), fewer than " + std::to_string(kElementsPerPixel) +
               " per pixel beyond " + std::to_string(kSmallMap) + ": packing it is reused enough";
-  else if (!any_filter_size && pixels > kSmallMap && extra_work(p, width) > kMaxExtraWork)
-    why_not = "beyond " + std::to_string(kSmallMap) +
-              " pixels, multiplying the zeros where taps miss dy would cost " +
-              std::to_string(extra_work(p, width)).substr(0, 4) + "x the multiplies inside dy, more than " +
-              std::to_string(kMaxExtraWork).substr(0, 3);
   else if (p.Cin_g < width)
     why_not = "Cin/groups is " + std::to_string(p.Cin_g) + ", fewer than the " + std::to_string(width) +
               " pixels of a chunk: dy gathered per tap would outweigh the filter";
-  else if (taps > kMaxTaps)
-    why_not = "kernel has more than " + std::to_string(kMaxTaps) + " taps";
+  if (why_not.empty() && !any_filter_size && pixels > kSmallMap) {
+    const double extra = extra_work(p, pixels, width);
+    if (extra > kMaxExtraWork)
+      why_not = "beyond " + std::to_string(kSmallMap) +
+                " pixels, multiplying the zeros where taps miss dy would cost " +
+                std::to_string(extra).substr(0, 4) + "x the multiplies inside dy, more than " +
+                std::to_string(kMaxExtraWork).substr(0, 3);
+  }
   if (!why_not.empty()) return nullptr;
   return std::make_unique<StreamEngine>(request);
 }
