@@ -1,6 +1,7 @@
 #include "cpu/gemm_engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -58,7 +59,6 @@ class GemmEngine final : public EngineImpl {
       ci0 += nv * lanes_;
     }
     group_w_ = w_off;
-    wpack_ = alloc_zeroed64(static_cast<std::size_t>(p.G * group_w_ * elem_), "the packed filter");
     for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
       for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
         for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw)
@@ -123,16 +123,19 @@ class GemmEngine final : public EngineImpl {
             : 0);
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
+    // Per thread: tap lists, the tile, and a packed block when the filter is not kept.
     const std::int64_t scratch =
-        saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
-                       saturating_mul(saturating_add(tile_floats_, 16), 4));
+        saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
+                                      saturating_mul(saturating_add(tile_floats_, 16), 4)),
+                       own_block_bytes());
     return {saturating_add(packed, tables), workspace, scratch};
   }
 
   void pack_filter(const void* filter) override {
+    allocate_packed();
     parallel_for(threads_, static_cast<std::int64_t>(tiny_blocks_.size()),
                  [&](std::int64_t begin, std::int64_t end) {
-                   for (std::int64_t gb = begin; gb < end; ++gb) pack_group_block(filter, gb);
+                   for (std::int64_t gb = begin; gb < end; ++gb) pack_group_block(filter, gb, block_of(gb));
                  });
   }
 
@@ -142,28 +145,38 @@ class GemmEngine final : public EngineImpl {
     parallel_for(threads_, static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_,
                  [&](std::int64_t begin, std::int64_t end) {
                    TaskScratch scratch(*this);
-                   for (std::int64_t t = begin; t < end; ++t) run_task(t, src, y, tiny_dy, scratch);
+                   for (std::int64_t t = begin; t < end; ++t)
+                     run_task(t, src, y, tiny_dy, scratch, block_of(t / tasks_per_block_));
                    if (config_.amx) amx_release();
                  });
   }
 
   // With enough channel blocks to share out evenly, each thread packs a block and at once runs every task
   // that uses it, so the packed block is read from cache rather than memory (a large filter otherwise makes
-  // a round trip through memory between packing and use). Tasks and packed data are those of
-  // pack_filter + execute, so the results are the same bits.
+  // a round trip through memory between packing and use). When the filter is not kept, the block goes to a
+  // buffer of the thread's own, reused block after block, so the packed filter is never written to memory
+  // (nor allocated) at all. Tasks and packed data are those of pack_filter + execute: the same bits.
   void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace, bool keep) override {
     const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
     if (p_.N == 0 || !(nblocks % threads_ == 0 || nblocks >= 8 * threads_)) {
       EngineImpl::execute_with_filter(dy, filter, y, workspace, keep);
       return;
     }
+    if (keep)
+      allocate_packed();
+    else
+      allocate_own_blocks();
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
+    std::atomic<int> next_slot{0};  // which thread takes which buffer does not matter
     parallel_for(threads_, nblocks, [&](std::int64_t begin, std::int64_t end) {
       TaskScratch scratch(*this);
+      char* own =
+          keep ? nullptr : static_cast<char*>(own_blocks_[static_cast<std::size_t>(next_slot++)].get());
       for (std::int64_t gb = begin; gb < end; ++gb) {
-        pack_group_block(filter, gb);
+        char* dst = keep ? block_of(gb) : own;
+        pack_group_block(filter, gb, dst);
         for (std::int64_t t = gb * tasks_per_block_; t < (gb + 1) * tasks_per_block_; ++t)
-          run_task(t, src, y, tiny_dy, scratch);
+          run_task(t, src, y, tiny_dy, scratch, dst);
       }
       if (config_.amx) amx_release();
     });
@@ -186,12 +199,12 @@ class GemmEngine final : public EngineImpl {
     return {ws, false};
   }
 
-  // Packs channel block gb % nb of group gb / nb and notes whether it needs the exact kernels.
-  void pack_group_block(const void* filter, std::int64_t gb) {
+  // Packs channel block gb % nb of group gb / nb into dst and notes whether it needs the exact kernels.
+  void pack_group_block(const void* filter, std::int64_t gb, void* dst) {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
     if (bf16_ && ks_.interleave_bf16 && ks_.any_nonfinite_bf16) {
-      auto* wpack = static_cast<std::uint16_t*>(wpack_.get());
+      auto* wpack = static_cast<std::uint16_t*>(dst);
       if (p_.filter_dtype == DType::bf16) {
         tiny_blocks_[static_cast<std::size_t>(gb)] =
             pack_bf16_block(static_cast<const std::uint16_t*>(filter), gb / nb, b, wpack);
@@ -203,16 +216,41 @@ class GemmEngine final : public EngineImpl {
         return;
       }
     }
-    if (!bf16_ && w_reader_.widens(ks_) &&
-        pack_f32_block(filter, gb / nb, b, static_cast<float*>(wpack_.get()))) {
+    if (!bf16_ && w_reader_.widens(ks_) && pack_f32_block(filter, gb / nb, b, static_cast<float*>(dst))) {
       tiny_blocks_[static_cast<std::size_t>(gb)] = false;
       return;
     }
     w_reader_.visit(filter, [&](auto get) {
       tiny_blocks_[static_cast<std::size_t>(gb)] =
-          bf16_ ? pack_block(get, gb / nb, b, static_cast<std::uint16_t*>(wpack_.get()))
-                : pack_block(get, gb / nb, b, static_cast<float*>(wpack_.get()));
+          bf16_ ? pack_block(get, gb / nb, b, static_cast<std::uint16_t*>(dst))
+                : pack_block(get, gb / nb, b, static_cast<float*>(dst));
     });
+  }
+
+  // The packed filter, allocated (zeroed: padding stays zero) when first needed: a plan that never keeps
+  // the filter packs each block into a buffer of its thread's own instead.
+  void allocate_packed() {
+    if (!wpack_)
+      wpack_ = alloc_zeroed64(static_cast<std::size_t>(p_.G * group_w_ * elem_), "the packed filter");
+  }
+  char* block_of(std::int64_t gb) const {
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
+    return static_cast<char*>(wpack_.get()) +
+           (gb / nb * group_w_ + blocks_[static_cast<std::size_t>(gb % nb)].w_off) * elem_;
+  }
+
+  // A thread's buffer for one packed block at a time, reused block after block. The packers write every
+  // element a stored result reads, the zero partner of an odd Cout's last channel in bf16 pairs too; the
+  // lanes past Cin of a group's narrower last block keep an earlier block's values, which reach only lanes
+  // that are never stored.
+  std::int64_t own_block_bytes() const {
+    return saturating_mul(saturating_mul(taps_, kpad_), config_.nv * lanes_ * elem_);
+  }
+  void allocate_own_blocks() {
+    if (!own_blocks_.empty()) return;
+    own_blocks_.resize(static_cast<std::size_t>(threads_));
+    for (AlignedPtr& o : own_blocks_)
+      o = alloc_zeroed64(static_cast<std::size_t>(own_block_bytes()), "a packed channel block");
   }
 
   // Per-thread buffers of run_task.
@@ -228,10 +266,9 @@ class GemmEngine final : public EngineImpl {
   // Returns whether a packed bf16 value is tiny (tiny_bf16) or, for AMX, not finite (AMX tiles multiply
   // the zero pixels beside dy rows too, and 0 x inf must not enter a sum).
   template <class Get, class T>
-  bool pack_block(const Get& get, std::int64_t g, const Block& b, T* wpack) const {
+  bool pack_block(const Get& get, std::int64_t g, const Block& b, T* dst) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0);
-    T* dst = wpack + g * group_w_ + b.w_off;
     const std::int64_t tap_step = kpad_ * cbw;  // elements per tap in both layouts
     // Each (co, tap) writes one contiguous run of channels; the source of one co stays in L1 meanwhile.
     const std::int64_t lane_step = bf16_ ? 2 : 1;
@@ -263,7 +300,7 @@ class GemmEngine final : public EngineImpl {
   // copied to the taps' packed places; a filter with contiguous output channels transposed tap by tap (fp32
   // and bf16 in place, other types widened row by row first). Returns false, packing nothing, for other
   // layouts.
-  bool pack_f32_block(const void* filter, std::int64_t g, const Block& b, float* wpack) const {
+  bool pack_f32_block(const void* filter, std::int64_t g, const Block& b, float* dst) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
     const bool ncdhw = dense_ncdhw_filter(valid) && ks_.store_transposed;
@@ -273,7 +310,6 @@ class GemmEngine final : public EngineImpl {
     // Output channels contiguous (DHWCN): per tap, the [ci][co] matrix is the packed [co][ci] transposed.
     const bool cout_contiguous = s[0] == 1 && ks_.store_transposed;
     if (s[1] != 1 && !ncdhw && !cout_contiguous) return false;
-    float* dst = wpack + g * group_w_ + b.w_off;
     if (s[1] != 1 && !ncdhw) {
       const bool in_place = f32 || bf16;
       std::vector<float> rows(in_place ? 0 : static_cast<std::size_t>(valid * p_.Cout_g));
@@ -330,10 +366,9 @@ class GemmEngine final : public EngineImpl {
   // contiguous) each tap's [ci][co] block is transposed in 32-bit units (pairs). 8-bit codes are first
   // widened to bf16 by table (exact), run by run. Same layout and result as pack_block.
   template <class Src>
-  bool pack_bf16_block(const Src* filter, std::int64_t g, const Block& b, std::uint16_t* wpack) const {
+  bool pack_bf16_block(const Src* filter, std::int64_t g, const Block& b, std::uint16_t* dst) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
-    std::uint16_t* dst = wpack + g * group_w_ + b.w_off;
     // Output channels contiguous (DHWCN): per tap, in the [ci][co] block (8-bit codes widened to bf16 first,
     // rows padded to an even length) each pair of output channels is one 32-bit unit, and the packed
     // [pair][ci] units are its transpose.
@@ -610,10 +645,12 @@ class GemmEngine final : public EngineImpl {
 
   // One task, for one channel block: y planes [q0, q1) (q = n * Di + id) in plane mode, else row ih of plane
   // q0, every W phase. Tasks are numbered block by block (group, channel block), then by plane and row, so
-  // a block's tasks are consecutive. tiny_dy: dy holds a bf16 value too small for vdpbf16ps.
-  void run_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch) const {
+  // a block's tasks are consecutive. tiny_dy: dy holds a bf16 value too small for vdpbf16ps. wblock: the
+  // block's packed filter values.
+  void run_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch,
+                const char* wblock) const {
     if (config_.flat) {
-      run_flat_task(t, dy, y, tiny_dy, scratch);
+      run_flat_task(t, dy, y, tiny_dy, scratch, wblock);
       return;
     }
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), gb = t / tasks_per_block_,
@@ -631,7 +668,6 @@ class GemmEngine final : public EngineImpl {
     const TileFn(*fns_nv)[kMaxM + 1] = !bf16_ ? ks_.f32 : exact ? ks_.bf16_exact : ks_.bf16;
     TapRef* taps = scratch.taps.data();
     float* tile = static_cast<float*>(align64(scratch.tile.data()));
-    const char* wblock = static_cast<const char*>(wpack_.get()) + (g * group_w_ + b.w_off) * elem_;
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
                        steps = bf16_ ? kpad_ / 2 : kpad_;
     const TileFn* fns = amx ? amx_kernels().tile[b.nv] : fns_nv[b.nv];
@@ -740,7 +776,8 @@ class GemmEngine final : public EngineImpl {
   // converted pixels past the tap's offset: one tap list serves the whole region, and AMX tiles run over it
   // in steps of up to kAmxMaxM pixels. Blocks that need the exact kernels run them row by row (W borders
   // by lo/hi) into the same places. Then the region pixels with jw < the phase's count are stored.
-  void run_flat_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch) const {
+  void run_flat_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch,
+                     const char* wblock) const {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), gb = t / tasks_per_block_,
                        q = t % tasks_per_block_, g = gb / nb;
     const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
@@ -748,7 +785,6 @@ class GemmEngine final : public EngineImpl {
     const bool exact = tiny_blocks_[static_cast<std::size_t>(gb)] || tiny_dy;
     TapRef* taps = scratch.taps.data();
     float* staging = static_cast<float*>(align64(scratch.tile.data()));
-    const char* wblock = static_cast<const char*>(wpack_.get()) + (g * group_w_ + b.w_off) * elem_;
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_, steps = kpad_ / 2;
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
     const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id);
@@ -949,6 +985,7 @@ class GemmEngine final : public EngineImpl {
   std::vector<Block> blocks_;
   std::int64_t group_w_ = 0;  // packed elements per group
   AlignedPtr wpack_;
+  std::vector<AlignedPtr> own_blocks_;  // a packed block per thread, when the filter is not kept
   // Per (group, channel block): it needs the exact kernels (a tiny bf16 value; for AMX, a non-finite one).
   std::vector<unsigned char> tiny_blocks_;
   std::int64_t tasks_per_block_ = 0;  // plane groups or rows
