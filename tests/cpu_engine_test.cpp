@@ -854,10 +854,14 @@ TEST_F(CpuStream, TakesSmallMapsWithLargeFiltersOnly) {
     plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
     EXPECT_TRUE(matches_reference(p, inst));
   }
-  {  // 256 pixels (4 x 8 x 8), 10368 filter elements per pixel, 1.43x the multiplies: taken
-    Case larger = big;
-    larger.in = {4, 8, 8};
-    larger.Cin = 614;
+  {  // 129 pixels (1 x 3 x 43), 1 x 1 x 1: 132K filter elements per pixel, 1.49x the multiplies (three
+     // chunks of 64 lanes): taken. 8-bit, to keep the 17M-element filter small.
+    Case larger = with_dtype(big, DType::hif8);
+    larger.in = {1, 3, 43};
+    larger.kernel = {1, 1, 1};
+    larger.pad_front = larger.pad_back = {0, 0, 0};
+    larger.Cin = 4160;
+    larger.Cout = 4096;
     const Problem p = validate(instantiate(larger, rng, Fill::small_integers).spec);
     std::string why;
     EXPECT_TRUE(cpu::make_stream(named_request(p, 2, Isa::avx512), why)) << why;
@@ -881,17 +885,18 @@ TEST_F(CpuStream, TakesSmallMapsWithLargeFiltersOnly) {
   small.Cout = 150;     // 1036800 elements
   Case huge_map = wide;
   huge_map.in = {2, 16, 17};  // 544 pixels
-  // 192 pixels of 4 x 4 x 4 maps, 10800 filter elements per pixel, but a 3 x 3 x 3 tap misses dy from 42 %
-  // of the (pixel, tap) pairs: 1.72x the multiplies.
-  Case bordered = big;
+  // 192 pixels of 4 x 4 x 4 maps, 131K filter elements per pixel (8-bit, to keep it small), but a 3 x 3 x 3
+  // tap misses dy from 42 % of the (pixel, tap) pairs: 1.72x the multiplies.
+  Case bordered = with_dtype(big, DType::hif8);
   bordered.N = 3;
   bordered.in = {4, 4, 4};
-  bordered.Cin = 480;
+  bordered.Cin = 1024;
+  bordered.Cout = 912;
   narrow.Cin = 48;  // a 2 x 32-pixel image is one chunk of 64 pixels
   narrow.N = 2;
   narrow.Cout = 1000;
   const std::pair<Case, std::string> refused[] = {{dhwcn, "nor its input channels are contiguous"},
-                                                  {wide, "fewer than 10240 per pixel beyond 128"},
+                                                  {wide, "fewer than 131072 per pixel beyond 128"},
                                                   {huge_map, "544 pixels (N x D x H x W), more than 512"},
                                                   {bordered, "1.72x the multiplies inside dy, more than 1.5"},
                                                   {small, "fewer than 2^20"},

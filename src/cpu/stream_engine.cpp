@@ -16,15 +16,17 @@
 namespace conv3d_dx::cpu {
 namespace {
 
-// When the GEMM engine's packing and reuse of the filter pay instead (paired runs on the Xeon, no AMX): a
-// 2^20-element filter streamed over 128 pixels took 0.75x the GEMM engine's time. Beyond 128 pixels, with
-// 10.4K and more filter elements per pixel and at most 1.43x the GEMM engine's multiplies (the kernels
-// also multiply the zeros where a tap misses dy), 0.66-0.78x; with 6.9K or fewer per pixel 0.99-1.34x; with
-// 18K per pixel but 1.68x the multiplies (suite shape e) 1.2-1.6x.
+// When the GEMM engine's packing and reuse of the filter pay instead (paired runs on the Xeon, no AMX,
+// against the GEMM engine packing block by block in cache, as it does when the filter is not kept; 3x3x3
+// kernels): streamed over 128 pixels a 1.1M-element filter took 1.03x the GEMM engine's time, 7M 0.69x, 28M
+// 0.64x; over 32 pixels 3.5M 0.54x. Beyond 128 pixels (the kernels also multiply the zeros where a tap misses
+// dy, here at most 1.43x the GEMM engine's multiplies): 256 pixels with 221K filter elements per pixel 0.87x,
+// with 110K 1.05x; 512 pixels with 110K 1.05x, with 13.8K 1.38x. (Against the GEMM engine writing the
+// whole packed filter, as it did before, 10.4K per pixel already gave 0.66-0.78x.)
 constexpr std::int64_t kMaxPixels = 512;              // y pixels of all images: eight chunks of 64 at most
 constexpr std::int64_t kMinFilterElements = 1 << 20;  // below, packing costs little
 constexpr std::int64_t kSmallMap = 128;               // pixels beyond which the filter must be larger still
-constexpr std::int64_t kElementsPerPixel = 10240;     // ... per pixel
+constexpr std::int64_t kElementsPerPixel = 1 << 17;   // ... per pixel
 constexpr double kMaxExtraWork = 1.5;                 // and the multiplies no more than this x the GEMM's
 constexpr std::int64_t kMaxTaps = 4096;               // per-chunk tap tables stay small
 constexpr std::int64_t kDycolBlockBytes = 16 << 10;   // dy rows of one block of output channels: in L1
