@@ -109,6 +109,7 @@ void Plan::State::create_engine() {
   EngineRequest request{problem, threads, isa};
   request.isa_named = isa_named;
   request.max_memory_bytes = max_memory_bytes;
+  request.keep_filter = keep_filter;
   // An engine out of memory (above the limit, or refused by the allocator) declines: a leaner one may fit.
   // When none fits, the error is the leanest engine's.
   std::optional<OutOfMemory> leanest;

@@ -285,10 +285,10 @@ TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
   expect_counts(2);  // fp32 in both data formats
 }
 
-// A thread's own block buffer (filter not kept) takes the groups' full and narrower blocks in turn, and is
-// not cleared between them. Infinite filter values of the full blocks must not reach the finite results of
-// the narrower one: every packer writes the zero partner of an odd Cout's last channel in bf16 pairs (a
-// stale inf there would make inf x 0 = NaN), and stale lanes past Cin feed only outputs never stored.
+// Without keeping the filter, a thread packs the groups' full and narrower blocks in turn into buffers of its
+// own, never cleared: infinite filter values of the full blocks must not reach the finite results of the
+// narrower one (a stale inf in its padding, an odd Cout's partner channel in bf16 pairs or AMX's channels up
+// to a multiple of 32, would make inf x 0 = NaN there).
 TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
   std::mt19937_64 rng(67);
   for (DType t : {DType::f32, DType::bf16, DType::hif8}) {
@@ -326,6 +326,37 @@ TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
     EXPECT_TRUE(matches_reference(p, inst)) << c.name();
   }
   expect_counts(1);  // fp32
+}
+
+// The memory a GEMM engine states: a plan that does not keep the filter adds buffers per thread for the
+// blocks it packs there (and allocates them while planning); one that keeps it adds none.
+TEST_P(CpuIsa, PerThreadBlocksCountOnlyWhenTheFilterIsNotKept) {
+  std::mt19937_64 rng(71);
+  Case c = Case{};
+  c.groups = 2;
+  c.Cin = 2 * 70;  // full blocks and a narrow one per group
+  c.Cout = 2 * 5;
+  const Problem p = validate(instantiate(c, rng, Fill::small_integers).spec);
+  if (!admit(p)) return;
+  const auto needed = [&](int threads, bool keep) -> std::int64_t {
+    EngineRequest request = named_request(p, threads, GetParam());
+    request.keep_filter = keep;
+    request.max_memory_bytes = 1;
+    std::string why;
+    try {
+      cpu::make_gemm(request, GetParam(), {}, why);
+    } catch (const OutOfMemory& e) {
+      return e.needed();
+    }
+    ADD_FAILURE() << "planned within 1 byte: " << why;
+    return 0;
+  };
+  // 4 (AVX-512) or 10 (AVX2) blocks share out over 1 and 2 threads: blocks packed per thread; not over 7.
+  const std::int64_t extra1 = needed(1, false) - needed(1, true), extra2 = needed(2, false) - needed(2, true);
+  EXPECT_GT(extra1, 0);
+  EXPECT_EQ(extra2, 2 * extra1);
+  EXPECT_EQ(needed(7, false), needed(7, true)) << "7 threads do not share the blocks out: nothing per thread";
+  expect_counts(0);
 }
 
 // Plane mode (a task per group of y planes, taps in groups of (kd, kh) accumulated in a staging buffer) and

@@ -63,6 +63,9 @@ struct EngineRequest {
   // table prefers others (bf16 through vdpbf16ps on a CPU where widening to fp32 is faster).
   bool isa_named = false;
   std::int64_t max_memory_bytes = 0;  // Options::max_memory_bytes
+  // Options::keep_filter: what the plan's calls will mostly need allocated (a packed filter, or buffers to
+  // stream it through); an engine can still do the other when asked.
+  bool keep_filter = true;
 };
 
 // Throws OutOfMemory naming max_memory when `memory` is above the request's limit. Engines call it before

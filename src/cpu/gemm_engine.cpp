@@ -32,6 +32,7 @@ class GemmEngine final : public EngineImpl {
         lanes_(config.lanes),
         elem_(bf16_ ? 2 : 4),
         kpad_(config.kpad),
+        keep_filter_(request.keep_filter),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {
     const Problem& p = p_;
@@ -93,6 +94,11 @@ class GemmEngine final : public EngineImpl {
     tasks_per_block_ = config.plane_mode ? ceil_div(planes, config.planes_per_task)
                        : config.flat     ? planes
                                          : planes * p.y_size[1];
+    // Allocated now, so that an allocator's refusal declines the engine: what the plan's calls will use.
+    if (keep_filter_ || !fuses())
+      allocate_packed();
+    else
+      allocate_own_blocks();
   }
 
   std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
@@ -123,11 +129,11 @@ class GemmEngine final : public EngineImpl {
             : 0);
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
-    // Per thread: tap lists, the tile, and a packed block when the filter is not kept.
-    const std::int64_t scratch =
-        saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
-                                      saturating_mul(saturating_add(tile_floats_, 16), 4)),
-                       own_block_bytes());
+    // Per thread: tap lists, the tile, and packed blocks when the filter is not kept.
+    const std::int64_t scratch = saturating_add(
+        saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
+                       saturating_mul(saturating_add(tile_floats_, 16), 4)),
+        keep_filter_ || !fuses() ? 0 : saturating_add(own_block_bytes(false), own_block_bytes(true)));
     return {saturating_add(packed, tables), workspace, scratch};
   }
 
@@ -158,7 +164,7 @@ class GemmEngine final : public EngineImpl {
   // (nor allocated) at all. Tasks and packed data are those of pack_filter + execute: the same bits.
   void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace, bool keep) override {
     const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
-    if (p_.N == 0 || !(nblocks % threads_ == 0 || nblocks >= 8 * threads_)) {
+    if (p_.N == 0 || !fuses()) {
       EngineImpl::execute_with_filter(dy, filter, y, workspace, keep);
       return;
     }
@@ -167,13 +173,12 @@ class GemmEngine final : public EngineImpl {
     else
       allocate_own_blocks();
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
-    std::atomic<int> next_slot{0};  // which thread takes which buffer does not matter
+    std::atomic<int> next_slot{0};  // which thread takes which buffers does not matter
     parallel_for(threads_, nblocks, [&](std::int64_t begin, std::int64_t end) {
       TaskScratch scratch(*this);
-      char* own =
-          keep ? nullptr : static_cast<char*>(own_blocks_[static_cast<std::size_t>(next_slot++)].get());
+      const std::size_t slot = static_cast<std::size_t>(next_slot++);
       for (std::int64_t gb = begin; gb < end; ++gb) {
-        char* dst = keep ? block_of(gb) : own;
+        char* dst = keep ? block_of(gb) : static_cast<char*>(own_blocks_[2 * slot + narrow(gb)].get());
         pack_group_block(filter, gb, dst);
         for (std::int64_t t = gb * tasks_per_block_; t < (gb + 1) * tasks_per_block_; ++t)
           run_task(t, src, y, tiny_dy, scratch, dst);
@@ -239,18 +244,35 @@ class GemmEngine final : public EngineImpl {
            (gb / nb * group_w_ + blocks_[static_cast<std::size_t>(gb % nb)].w_off) * elem_;
   }
 
-  // A thread's buffer for one packed block at a time, reused block after block. The packers write every
-  // element a stored result reads, the zero partner of an odd Cout's last channel in bf16 pairs too; the
-  // lanes past Cin of a group's narrower last block keep an earlier block's values, which reach only lanes
-  // that are never stored.
-  std::int64_t own_block_bytes() const {
-    return saturating_mul(saturating_mul(taps_, kpad_), config_.nv * lanes_ * elem_);
+  // Whether execute_with_filter packs each channel block in the thread that runs its tasks: when the
+  // blocks share out evenly over the threads.
+  bool fuses() const {
+    const std::int64_t nblocks = p_.G * ceil_div(p_.Cin_g, config_.nv * lanes_);
+    return nblocks % threads_ == 0 || nblocks >= 8 * threads_;
+  }
+
+  // When the filter is not kept, each thread packs block after block into buffers of its own: one for the
+  // full-width blocks, one for a group's narrower last block. A buffer only ever holds blocks of one shape,
+  // so whatever the packers leave unwritten (padding channels and lanes) stays zero, as in the packed
+  // filter, and a block packs to the same values and flags in both.
+  bool narrow(std::int64_t gb) const {
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
+    return gb % nb == nb - 1 && p_.Cin_g % (config_.nv * lanes_) != 0;
+  }
+  std::int64_t own_block_bytes(bool narrow) const {
+    const std::int64_t width = config_.nv * lanes_;
+    // A group's blocks: Cin_g / width full ones, then a narrow one for the rest (each buffer only if used).
+    const std::int64_t channels =
+        narrow ? ceil_div(p_.Cin_g % width, lanes_) * lanes_ : (p_.Cin_g >= width ? width : 0);
+    return saturating_mul(saturating_mul(taps_, kpad_), channels * elem_);
   }
   void allocate_own_blocks() {
     if (!own_blocks_.empty()) return;
-    own_blocks_.resize(static_cast<std::size_t>(threads_));
-    for (AlignedPtr& o : own_blocks_)
-      o = alloc_zeroed64(static_cast<std::size_t>(own_block_bytes()), "a packed channel block");
+    std::vector<AlignedPtr> blocks(2 * static_cast<std::size_t>(threads_));
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+      if (const std::int64_t bytes = own_block_bytes(i % 2 == 1); bytes > 0)
+        blocks[i] = alloc_zeroed64(static_cast<std::size_t>(bytes), "a packed channel block");
+    own_blocks_ = std::move(blocks);  // only once all are allocated: a refusal leaves none
   }
 
   // Per-thread buffers of run_task.
@@ -974,6 +996,7 @@ class GemmEngine final : public EngineImpl {
   int lanes_;
   std::int64_t elem_;  // bytes per compute-type element
   std::int64_t kpad_;  // output channels per tap, padded to even for bf16 pairs
+  bool keep_filter_;   // EngineRequest::keep_filter
   std::int64_t taps_ = 0;
   std::vector<std::int64_t> tap_src_;    // filter element offset of each tap (kd, kh, kw order)
   std::vector<std::int64_t> tap_pos_w_;  // packed position of each kw within its (kd, kh)
@@ -985,7 +1008,7 @@ class GemmEngine final : public EngineImpl {
   std::vector<Block> blocks_;
   std::int64_t group_w_ = 0;  // packed elements per group
   AlignedPtr wpack_;
-  std::vector<AlignedPtr> own_blocks_;  // a packed block per thread, when the filter is not kept
+  std::vector<AlignedPtr> own_blocks_;  // per thread: full-width and narrow packed blocks (see narrow)
   // Per (group, channel block): it needs the exact kernels (a tiny bf16 value; for AMX, a non-finite one).
   std::vector<unsigned char> tiny_blocks_;
   std::int64_t tasks_per_block_ = 0;  // plane groups or rows
