@@ -87,10 +87,11 @@ def set_plan_cache_size(size: int) -> int:
     """Sets how many plans conv3d_backprop_input_v2 keeps (default 16; 0 keeps none and frees them all);
     returns the previous size.
 
-    Making a plan allocates its packed-filter buffer, which can cost more than computing a large-filter
+    Making a plan allocates its buffers (for most problems a packed copy of the filter; a large filter is
+    streamed, or packed a block at a time per thread, instead), which can cost more than computing the
     problem, so the plans of the most recent distinct problems (shapes, strides, dtypes, attributes,
-    threads) are kept for calls that repeat them, as training steps do. Each holds about a filter's worth
-    of memory.
+    threads) are kept for calls that repeat them, as training steps do. Each holds at most about a
+    filter's worth of memory.
     """
     size = _arrays.integer("size", size)
     if size < 0:

@@ -169,9 +169,10 @@ Problem validate_as(const ProblemSpec& spec, const std::string& y_name) {
 std::uintptr_t address(const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); }
 
 // Plans of the most recent problems, for conv3d_backprop_input_v2: making a Plan allocates (and first
-// touches) its packed-filter buffer, which can cost more than the computation itself, and a training step
-// calls with the same problems again and again. A plan is taken out while it runs, so concurrent calls
-// never share one. Each kept plan holds about a filter's worth of memory.
+// touches) its buffers, for most problems a packed copy of the filter, which can cost more than the
+// computation itself, and a training step calls with the same problems again and again. A plan is taken
+// out while it runs, so concurrent calls never share one. Each kept plan holds at most about a filter's
+// worth of memory (less where a large filter is streamed, or packed a block at a time per thread).
 class PlanCache {
  public:
   // A plan for `problem` with `threads`: a cached one, else a new one.
