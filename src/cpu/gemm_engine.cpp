@@ -232,8 +232,8 @@ class GemmEngine final : public EngineImpl {
     });
   }
 
-  // The packed filter, allocated (zeroed: padding stays zero) when first needed: a plan that never keeps
-  // the filter packs each block into a buffer of its thread's own instead.
+  // The packed filter, zeroed (padding stays zero): allocated while planning when the plan keeps the filter
+  // or its blocks do not share out over the threads, else only if it is ever packed whole (pack_filter).
   void allocate_packed() {
     if (!wpack_)
       wpack_ = alloc_zeroed64(static_cast<std::size_t>(p_.G * group_w_ * elem_), "the packed filter");
