@@ -95,7 +95,7 @@ class GemmEngine final : public EngineImpl {
                        : config.flat     ? planes
                                          : planes * p.y_size[1];
     // Allocated now, so that an allocator's refusal declines the engine: what the plan's calls will use.
-    if (keep_filter_ || !fuses())
+    if (keep_filter_ || !config_.pack_in_thread)
       allocate_packed();
     else
       allocate_own_blocks();
@@ -130,10 +130,12 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
     // Per thread: tap lists, the tile, and packed blocks when the filter is not kept.
-    const std::int64_t scratch = saturating_add(
-        saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
-                       saturating_mul(saturating_add(tile_floats_, 16), 4)),
-        keep_filter_ || !fuses() ? 0 : saturating_add(own_block_bytes(false), own_block_bytes(true)));
+    const std::int64_t scratch =
+        saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
+                                      saturating_mul(saturating_add(tile_floats_, 16), 4)),
+                       keep_filter_ || !config_.pack_in_thread
+                           ? 0
+                           : saturating_add(own_block_bytes(false), own_block_bytes(true)));
     return {saturating_add(packed, tables), workspace, scratch};
   }
 
@@ -164,7 +166,7 @@ class GemmEngine final : public EngineImpl {
   // (nor allocated) at all. Tasks and packed data are those of pack_filter + execute: the same bits.
   void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace, bool keep) override {
     const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
-    if (p_.N == 0 || !fuses()) {
+    if (p_.N == 0 || !config_.pack_in_thread) {
       EngineImpl::execute_with_filter(dy, filter, y, workspace, keep);
       return;
     }
@@ -242,13 +244,6 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
     return static_cast<char*>(wpack_.get()) +
            (gb / nb * group_w_ + blocks_[static_cast<std::size_t>(gb % nb)].w_off) * elem_;
-  }
-
-  // Whether execute_with_filter packs each channel block in the thread that runs its tasks: when the
-  // blocks share out evenly over the threads.
-  bool fuses() const {
-    const std::int64_t nblocks = p_.G * ceil_div(p_.Cin_g, config_.nv * lanes_);
-    return nblocks % threads_ == 0 || nblocks >= 8 * threads_;
   }
 
   // When the filter is not kept, each thread packs block after block into buffers of its own: one for the
