@@ -15,7 +15,7 @@
 namespace conv3d_dx::cpu {
 
 // Declines filters small enough for the GEMM engine's packing to pay (fewer than 2^20 elements, or beyond 128
-// pixels fewer than 10240 per pixel); tests lift that with any_filter_size.
+// pixels fewer than 2^17 per pixel); tests lift that with any_filter_size.
 std::unique_ptr<EngineImpl> make_stream(const EngineRequest&, std::string& why_not);
 std::unique_ptr<EngineImpl> make_stream(const EngineRequest&, bool any_filter_size, std::string& why_not);
 
