@@ -243,8 +243,9 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
 
 // execute_with_filter may pack each channel block in the thread that uses it (enough blocks to share out
 // evenly), into the packed filter when it is kept, else into a buffer of the thread's own: the same bits as
-// pack_filter + execute for any thread count either way, and a kept filter stays packed.
-TEST_P(CpuIsa, PackingWhileComputingMatchesPackThenExecute) {
+// pack_filter + execute for any thread count either way, and a kept filter stays packed. (Its name puts it
+// under ThreadSanitizer in CI, which checks that each thread packs into buffers of its own.)
+TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
   std::mt19937_64 rng(61);
   for (DType t : {DType::f32, DType::bf16, DType::hif8})
     for (Layout fmt : kDataFormats) {
