@@ -288,16 +288,18 @@ TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
 
 // Without keeping the filter, a thread packs the groups' full and narrower blocks in turn into buffers of its
 // own, never cleared: infinite filter values of the full blocks must not reach the finite results of the
-// narrower one (a stale inf in its padding, an odd Cout's partner channel in bf16 pairs or AMX's channels up
-// to a multiple of 32, would make inf x 0 = NaN there).
+// narrower one. Only AMX tiles read channels no packer writes (Cout padded to 32), where a buffer shared by
+// both shapes would carry a stale inf into a sum (inf x 0 = NaN); elsewhere a shared buffer is harmless and
+// this test could not fail (checked by planting one), so it runs on AMX only.
 TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
+  if (GetParam() != Isa::amx_bf16) GTEST_SKIP() << "only AMX tiles read channels no packer writes";
   std::mt19937_64 rng(67);
   for (DType t : {DType::f32, DType::bf16, DType::hif8}) {
     Case c = with_dtype(Case{}, t);
     c.data_format = Layout::NDHWC;
     c.groups = 2;
-    c.Cin = 2 * 70;  // per group a block of 64 (AVX-512; two of 32 on AVX2) and one of 6 channels
-    c.Cout = 2 * 5;  // odd per group: bf16 pairs pad the last
+    c.Cin = 2 * 70;  // per group two blocks of 32 (AMX: two vectors) and one of 6 channels
+    c.Cout = 2 * 5;  // 5 per group: AMX pads them to 32
     c.in = {2, 4, 5};
     c.pad_front = c.pad_back = {1, 1, 1};
     Instance inst = instantiate(c, rng, Fill::small_integers);

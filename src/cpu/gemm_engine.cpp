@@ -56,7 +56,7 @@ class GemmEngine final : public EngineImpl {
     for (std::int64_t ci0 = 0; ci0 < p.Cin_g;) {
       const int nv = static_cast<int>(std::min<std::int64_t>(config.nv, ceil_div(p.Cin_g - ci0, lanes_)));
       blocks_.push_back({ci0, nv, w_off});
-      w_off += taps_ * kpad_ * nv * lanes_;
+      w_off += block_elements(nv);
       ci0 += nv * lanes_;
     }
     group_w_ = w_off;
@@ -95,10 +95,10 @@ class GemmEngine final : public EngineImpl {
                        : config.flat     ? planes
                                          : planes * p.y_size[1];
     // Allocated now, so that an allocator's refusal declines the engine: what the plan's calls will use.
-    if (keep_filter_ || !config_.pack_in_thread)
-      allocate_packed();
-    else
+    if (uses_own_blocks())
       allocate_own_blocks();
+    else
+      allocate_packed();
   }
 
   std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
@@ -133,9 +133,7 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t scratch =
         saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
                                       saturating_mul(saturating_add(tile_floats_, 16), 4)),
-                       keep_filter_ || !config_.pack_in_thread
-                           ? 0
-                           : saturating_add(own_block_bytes(false), own_block_bytes(true)));
+                       uses_own_blocks() ? saturating_add(own_block_bytes(false), own_block_bytes(true)) : 0);
     return {saturating_add(packed, tables), workspace, scratch};
   }
 
@@ -246,10 +244,16 @@ class GemmEngine final : public EngineImpl {
            (gb / nb * group_w_ + blocks_[static_cast<std::size_t>(gb % nb)].w_off) * elem_;
   }
 
+  // Packed elements of a channel block of nv vectors.
+  std::int64_t block_elements(int nv) const {
+    return saturating_mul(saturating_mul(taps_, kpad_), nv * lanes_);
+  }
+
   // When the filter is not kept, each thread packs block after block into buffers of its own: one for the
   // full-width blocks, one for a group's narrower last block. A buffer only ever holds blocks of one shape,
   // so whatever the packers leave unwritten (padding channels and lanes) stays zero, as in the packed
   // filter, and a block packs to the same values and flags in both.
+  bool uses_own_blocks() const { return !keep_filter_ && config_.pack_in_thread; }
   bool narrow(std::int64_t gb) const {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
     return gb % nb == nb - 1 && p_.Cin_g % (config_.nv * lanes_) != 0;
@@ -257,9 +261,10 @@ class GemmEngine final : public EngineImpl {
   std::int64_t own_block_bytes(bool narrow) const {
     const std::int64_t width = config_.nv * lanes_;
     // A group's blocks: Cin_g / width full ones, then a narrow one for the rest (each buffer only if used).
-    const std::int64_t channels =
-        narrow ? ceil_div(p_.Cin_g % width, lanes_) * lanes_ : (p_.Cin_g >= width ? width : 0);
-    return saturating_mul(saturating_mul(taps_, kpad_), channels * elem_);
+    const int nv = static_cast<int>(narrow              ? ceil_div(p_.Cin_g % width, lanes_)
+                                    : p_.Cin_g >= width ? config_.nv
+                                                        : 0);
+    return saturating_mul(block_elements(nv), elem_);
   }
   void allocate_own_blocks() {
     if (!own_blocks_.empty()) return;
