@@ -241,10 +241,12 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
   expect_counts(2);  // fp32 in both data formats
 }
 
-// execute_with_filter may pack each channel block in the thread that uses it (enough blocks to share out
-// evenly), into the packed filter when it is kept, else into a buffer of the thread's own: the same bits as
-// pack_filter + execute for any thread count either way, and a kept filter stays packed. (Its name puts it
-// under ThreadSanitizer in CI, which checks that each thread packs into buffers of its own.)
+// execute_with_filter packs each channel block in the thread that uses it, and the blocks left over when they
+// do not share out evenly one per thread before all threads share their tasks; into the packed filter when
+// it is kept, else into buffers the engine owns: the same bits as pack_filter + execute for any thread count
+// either way (8 blocks here: 3 and 5 threads leave some over, 12 have more threads than blocks), and a kept
+// filter stays packed. (Its name puts it under ThreadSanitizer in CI, which checks that concurrent blocks
+// are packed into buffers of their own.)
 TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
   std::mt19937_64 rng(61);
   for (DType t : {DType::f32, DType::bf16, DType::hif8})
@@ -265,7 +267,7 @@ TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
       run_gemm(p, inst, GetParam());
       ASSERT_TRUE(matches_reference(p, inst)) << c.name();
       Tensor first = inst.y;
-      for (int threads : {1, 2, 3}) {
+      for (int threads : {1, 2, 3, 5, 12}) {
         std::string why;
         auto engine = cpu::make_gemm(named_request(p, threads, GetParam()), GetParam(), {}, why);
         ASSERT_TRUE(engine) << why;
@@ -331,9 +333,9 @@ TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
   expect_counts(1);  // fp32
 }
 
-// The memory a GEMM engine states: a plan that does not keep the filter adds buffers per thread for the
-// blocks it packs there (and allocates them while planning); one that keeps it adds none.
-TEST_P(CpuIsa, PerThreadBlocksCountOnlyWhenTheFilterIsNotKept) {
+// The memory a GEMM engine states: a plan that does not keep the filter adds a slot of packed blocks per
+// thread, never more slots than blocks (and allocates them while planning); one that keeps it adds none.
+TEST_P(CpuIsa, BlockSlotsCountOnlyWhenTheFilterIsNotKept) {
   std::mt19937_64 rng(71);
   Case c = Case{};
   c.groups = 2;
@@ -354,11 +356,15 @@ TEST_P(CpuIsa, PerThreadBlocksCountOnlyWhenTheFilterIsNotKept) {
     ADD_FAILURE() << "planned within 1 byte: " << why;
     return 0;
   };
-  // 4 (AVX-512) or 10 (AVX2) blocks share out over 1 and 2 threads: blocks packed per thread; not over 7.
-  const std::int64_t extra1 = needed(1, false) - needed(1, true), extra2 = needed(2, false) - needed(2, true);
-  EXPECT_GT(extra1, 0);
-  EXPECT_EQ(extra2, 2 * extra1);
-  EXPECT_EQ(needed(7, false), needed(7, true)) << "7 threads do not share the blocks out: nothing per thread";
+  const auto slots = [&](int threads) { return needed(threads, false) - needed(threads, true); };
+  const auto config = cpu::gemm_config(p, host_cpu_model(), GetParam(), 1);
+  const std::int64_t width = std::int64_t{config.nv} * config.lanes;
+  const int blocks = static_cast<int>(p.G * ((p.Cin_g + width - 1) / width));  // 4 (AVX-512), 6 (AVX2), ...
+  const std::int64_t one = slots(1);
+  EXPECT_GT(one, 0);
+  EXPECT_EQ(slots(2), 2 * one);
+  EXPECT_EQ(slots(blocks - 1), (blocks - 1) * one);
+  EXPECT_EQ(slots(blocks + 5), blocks * one) << "more threads than blocks: one slot per block";
   expect_counts(0);
 }
 

@@ -54,23 +54,6 @@ TEST_F(GemmConfigTest, LargeFiltersGetPlaneTasksSizedByTheL2) {
   EXPECT_EQ(rows.nv, 1);  // no wider than the channels
 }
 
-// Calls that bring their filter pack each channel block in the thread that runs it when the blocks share
-// out evenly: a number of blocks divisible by the threads, or at least 8 per thread.
-TEST_F(GemmConfigTest, BlocksArePackedInTheirThreadsWhenTheyShareOutEvenly) {
-  Case c;
-  c.Cin = 256;  // 4 blocks of 64 channels
-  c.Cout = 16;
-  const Problem p = problem_of(c);
-  for (const auto& [threads, expected] : {std::pair{1, true}, {2, true}, {4, true}, {3, false}, {8, false}}) {
-    const auto config = cpu::gemm_config(p, host_cpu_model(), Isa::avx512, threads);
-    EXPECT_EQ(config.pack_in_thread, expected) << threads << " threads: " << config.describe();
-    EXPECT_EQ(config.describe().find("packed by the threads") != std::string::npos, expected);
-  }
-  Case wide = c;
-  wide.Cin = 64 * 24;  // 24 blocks: 8 per thread on 3
-  EXPECT_TRUE(cpu::gemm_config(problem_of(wide), host_cpu_model(), Isa::avx512, 3).pack_in_thread);
-}
-
 // AMX (decided without running it): the reduction padded to 32 channels, blocks of two vectors, dy always
 // converted with zero pixels beside its rows as far as the taps reach, and flat planes where rows are short
 // (suite shape e's 6 pixels) but not where they fill the 16-row tiles (32 pixels).

@@ -20,7 +20,6 @@ std::string GemmConfig::describe() const {
          std::to_string(dh_group) + " (kd, kh)";
   if (flat) s += ", flat planes (rows padded to " + std::to_string(halo_lo + halo_hi) + " more pixels)";
   if (staged && !plane_mode && !flat) s += ", rows staged";
-  if (pack_in_thread) s += ", blocks packed by the threads that run them";
   return s + "; L2 budgets " + std::to_string(weight_budget >> 10) + " KiB filter, " +
          std::to_string(plane_budget >> 10) + " KiB plane";
 }
@@ -139,8 +138,6 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
   // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
   c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.y_size[2] * block_width <= (std::int64_t{1} << 20));
-  const std::int64_t blocks = p.G * ceil_div(p.Cin_g, block_width);
-  c.pack_in_thread = blocks % threads == 0 || blocks >= 8 * std::int64_t{threads};
   return c;
 }
 

@@ -95,7 +95,7 @@ class GemmEngine final : public EngineImpl {
                        : config.flat     ? planes
                                          : planes * p.y_size[1];
     // Allocated now, so that an allocator's refusal declines the engine: what the plan's calls will use.
-    if (uses_own_blocks())
+    if (!keep_filter_)
       allocate_own_blocks();
     else
       allocate_packed();
@@ -129,12 +129,13 @@ class GemmEngine final : public EngineImpl {
             : 0);
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
-    // Per thread: tap lists, the tile, and packed blocks when the filter is not kept.
+    // Per thread: tap lists and the tile.
     const std::int64_t scratch =
-        saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
-                                      saturating_mul(saturating_add(tile_floats_, 16), 4)),
-                       uses_own_blocks() ? saturating_add(own_block_bytes(false), own_block_bytes(true)) : 0);
-    return {saturating_add(packed, tables), workspace, scratch};
+        saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
+                       saturating_mul(saturating_add(tile_floats_, 16), 4));
+    // The packed filter (allocated when kept or packed whole), and the block slots when it is not kept.
+    return {saturating_add(saturating_add(packed, tables), keep_filter_ ? 0 : own_blocks_bytes()), workspace,
+            scratch};
   }
 
   void pack_filter(const void* filter) override {
@@ -157,14 +158,14 @@ class GemmEngine final : public EngineImpl {
                  });
   }
 
-  // With enough channel blocks to share out evenly, each thread packs a block and at once runs every task
-  // that uses it, so the packed block is read from cache rather than memory (a large filter otherwise makes
-  // a round trip through memory between packing and use). When the filter is not kept, the block goes to a
-  // buffer of the thread's own, reused block after block, so the packed filter is never written to memory
-  // (nor allocated) at all. Tasks and packed data are those of pack_filter + execute: the same bits.
+  // Each thread packs a channel block and at once runs every task that uses it, so the packed block is read
+  // from cache rather than memory (a large filter otherwise makes a round trip through memory between packing
+  // and use). The blocks left over when they do not share out evenly are packed next, one per thread, and
+  // their tasks shared by all threads. When the filter is not kept, blocks go to buffers the engine owns
+  // (own_slots), reused block after block, so the packed filter is never written to memory (nor allocated)
+  // at all. Tasks and packed data are those of pack_filter + execute: the same bits.
   void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace, bool keep) override {
-    const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
-    if (p_.N == 0 || !config_.pack_in_thread) {
+    if (p_.N == 0) {
       EngineImpl::execute_with_filter(dy, filter, y, workspace, keep);
       return;
     }
@@ -172,16 +173,35 @@ class GemmEngine final : public EngineImpl {
       allocate_packed();
     else
       allocate_own_blocks();
+    const auto destination = [&](std::int64_t gb, std::int64_t slot) {
+      return keep ? block_of(gb) : static_cast<char*>(own_blocks_[2 * slot + narrow(gb)].get());
+    };
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
-    std::atomic<int> next_slot{0};  // which thread takes which buffers does not matter
-    parallel_for(threads_, nblocks, [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
+    const std::int64_t shared = nblocks % threads_, whole = nblocks - shared;
+    std::atomic<std::int64_t> next_slot{0};  // which chunk takes which buffers does not matter
+    parallel_for(threads_, whole, [&](std::int64_t begin, std::int64_t end) {
       TaskScratch scratch(*this);
-      const std::size_t slot = static_cast<std::size_t>(next_slot++);
+      const std::int64_t slot = next_slot++;
       for (std::int64_t gb = begin; gb < end; ++gb) {
-        char* dst = keep ? block_of(gb) : static_cast<char*>(own_blocks_[2 * slot + narrow(gb)].get());
+        char* dst = destination(gb, slot);
         pack_group_block(filter, gb, dst);
         for (std::int64_t t = gb * tasks_per_block_; t < (gb + 1) * tasks_per_block_; ++t)
           run_task(t, src, y, tiny_dy, scratch, dst);
+      }
+      if (config_.amx) amx_release();
+    });
+    if (shared == 0) return;
+    // The leftover blocks (fewer than the threads): block whole + i in slot i.
+    parallel_for(threads_, shared, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+        pack_group_block(filter, whole + i, destination(whole + i, i));
+    });
+    parallel_for(threads_, shared * tasks_per_block_, [&](std::int64_t begin, std::int64_t end) {
+      TaskScratch scratch(*this);
+      for (std::int64_t t = begin; t < end; ++t) {
+        const std::int64_t i = t / tasks_per_block_;
+        run_task(whole * tasks_per_block_ + t, src, y, tiny_dy, scratch, destination(whole + i, i));
       }
       if (config_.amx) amx_release();
     });
@@ -232,8 +252,8 @@ class GemmEngine final : public EngineImpl {
     });
   }
 
-  // The packed filter, zeroed (padding stays zero): allocated while planning when the plan keeps the filter
-  // or its blocks do not share out over the threads, else only if it is ever packed whole (pack_filter).
+  // The packed filter, zeroed (padding stays zero): allocated while planning when the plan keeps the filter,
+  // else only if it is ever packed whole (pack_filter).
   void allocate_packed() {
     if (!wpack_)
       wpack_ = alloc_zeroed64(static_cast<std::size_t>(p_.G * group_w_ * elem_), "the packed filter");
@@ -249,11 +269,18 @@ class GemmEngine final : public EngineImpl {
     return saturating_mul(saturating_mul(taps_, kpad_), nv * lanes_);
   }
 
-  // When the filter is not kept, each thread packs block after block into buffers of its own: one for the
-  // full-width blocks, one for a group's narrower last block. A buffer only ever holds blocks of one shape,
-  // so whatever the packers leave unwritten (padding channels and lanes) stays zero, as in the packed
-  // filter, and a block packs to the same values and flags in both.
-  bool uses_own_blocks() const { return !keep_filter_ && config_.pack_in_thread; }
+  // When the filter is not kept, blocks are packed into buffer slots the engine owns, one per block being
+  // worked on at a time (one per thread, never more than there are blocks), each reused block after block.
+  // A slot has one buffer for the full-width blocks and one for a group's narrower last block: a buffer only
+  // ever holds blocks of one shape, so whatever the packers leave unwritten (padding channels and lanes)
+  // stays zero, as in the packed filter, and a block packs to the same values and flags in both.
+  std::int64_t own_slots() const {
+    const std::int64_t blocks = saturating_mul(p_.G, ceil_div(p_.Cin_g, std::int64_t{config_.nv} * lanes_));
+    return std::min<std::int64_t>(threads_, blocks);
+  }
+  std::int64_t own_blocks_bytes() const {
+    return saturating_mul(own_slots(), saturating_add(own_block_bytes(false), own_block_bytes(true)));
+  }
   bool narrow(std::int64_t gb) const {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
     return gb % nb == nb - 1 && p_.Cin_g % (config_.nv * lanes_) != 0;
@@ -268,7 +295,7 @@ class GemmEngine final : public EngineImpl {
   }
   void allocate_own_blocks() {
     if (!own_blocks_.empty()) return;
-    std::vector<AlignedPtr> blocks(2 * static_cast<std::size_t>(threads_));
+    std::vector<AlignedPtr> blocks(2 * static_cast<std::size_t>(own_slots()));
     for (std::size_t i = 0; i < blocks.size(); ++i)
       if (const std::int64_t bytes = own_block_bytes(i % 2 == 1); bytes > 0)
         blocks[i] = alloc_zeroed64(static_cast<std::size_t>(bytes), "a packed channel block");
@@ -1008,7 +1035,7 @@ class GemmEngine final : public EngineImpl {
   std::vector<Block> blocks_;
   std::int64_t group_w_ = 0;  // packed elements per group
   AlignedPtr wpack_;
-  std::vector<AlignedPtr> own_blocks_;  // per thread: full-width and narrow packed blocks (see narrow)
+  std::vector<AlignedPtr> own_blocks_;  // per slot: full-width and narrow packed blocks (see own_slots)
   // Per (group, channel block): it needs the exact kernels (a tiny bf16 value; for AMX, a non-finite one).
   std::vector<unsigned char> tiny_blocks_;
   std::int64_t tasks_per_block_ = 0;  // plane groups or rows

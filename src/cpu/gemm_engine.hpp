@@ -56,9 +56,6 @@ struct GemmConfig {
   // it is in L2; as many as the staging budget holds, leaving tasks for every thread.
   std::int64_t planes_per_task = 1;
   bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
-  // A call that brings its filter packs each channel block in the thread that then runs the block's tasks,
-  // which read it back from cache: the blocks share out evenly over the threads.
-  bool pack_in_thread = false;
   std::int64_t weight_budget = 0, plane_budget = 0;  // bytes of L2 for a block's filter, a staged plane
 
   std::string describe() const;
