@@ -42,14 +42,20 @@ def _forward_out(x: int, k: int, s: int, p: int, d: int) -> int:
 
 
 _SETTLE_S = 0.05  # longer than either library's worker threads spin after a call before they sleep
+# Untimed runs last at least this long: after the pause, a core takes a while to reach full speed again (on a
+# 2-core Xeon VM, a 0.45 ms call took 1.5-2.5 ms for its first 10 runs, about 15 ms), which would otherwise
+# count against whichever library's calls are shorter.
+_WARM_S = 0.05
 
 
 def _time(fn: Callable[[], object], warmup: int, repeat: int) -> List[float]:
     """Milliseconds of `repeat` runs of fn, after the other library's threads have gone to sleep and
-    `warmup` untimed runs."""
+    untimed runs: `warmup` of them, and more until _WARM_S has passed."""
     time.sleep(_SETTLE_S)
-    for _ in range(warmup):
+    start, runs = time.perf_counter(), 0
+    while runs < warmup or time.perf_counter() - start < _WARM_S:
         fn()
+        runs += 1
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -123,7 +129,8 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="channels_last_3d tensors (conv3d-dx reads them as NDHWC) instead of contiguous")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="threads for both (default: all CPUs)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed runs first (default 1; more until 50 ms have passed)")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs; the median is shown (default 7)")
     parser.add_argument("--shapes", default="", help="comma-separated suite names (default: all)")
     args = parser.parse_args(argv)
@@ -137,8 +144,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     layout = "channels_last_3d" if args.channels_last else "contiguous NCDHW"
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs online, {args.threads} threads for both")
     print(f"torch {torch.__version__}, conv3d-dx {conv3d_dx.__version__}; {args.dtype}, {layout}")
-    print(f"runs: {args.warmup} warm-up, {args.repeat} timed, in blocks per library; ratio = PyTorch median / conv3d-dx median "
-          "(above 1: conv3d-dx is faster); diff = max|conv3d-dx - PyTorch| / max|PyTorch|")
+    print(f"runs: {args.warmup} warm-up (or more, for {_WARM_S * 1e3:.0f} ms), {args.repeat} timed, in blocks per "
+          "library; ratio = PyTorch median / conv3d-dx median (above 1: conv3d-dx is faster); "
+          "diff = max|conv3d-dx - PyTorch| / max|PyTorch|")
     print(f"{'shape':<10} {'conv3d-dx ms':>12} {'min':>9} {'GFLOP/s':>8} {'PyTorch ms':>11} {'ratio':>7} "
           f"{'diff':>9}  engine")
     rows = []
