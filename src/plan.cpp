@@ -65,9 +65,9 @@ std::int64_t EngineMemory::total(int threads) const {
 }
 
 std::string EngineMemory::describe(int threads) const {
-  return std::to_string(total(threads)) + " bytes (packed filter and tables " + std::to_string(packed) +
-         ", workspace " + std::to_string(workspace) + ", " + std::to_string(threads) + " threads x " +
-         std::to_string(per_thread) + " scratch)";
+  return std::to_string(total(threads)) + " bytes (packed filter, blocks and tables " +
+         std::to_string(packed) + ", workspace " + std::to_string(workspace) + ", " +
+         std::to_string(threads) + " threads x " + std::to_string(per_thread) + " scratch)";
 }
 
 void check_memory(const EngineRequest& request, const std::string& engine, const EngineMemory& memory) {

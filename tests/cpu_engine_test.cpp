@@ -244,9 +244,10 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
 // execute_with_filter packs each channel block in the thread that uses it, and the blocks left over when they
 // do not share out evenly one per thread before all threads share their tasks; into the packed filter when
 // it is kept, else into buffers the engine owns: the same bits as pack_filter + execute for any thread count
-// either way (8 blocks here: 3 and 5 threads leave some over, 12 have more threads than blocks), and a kept
-// filter stays packed. (Its name puts it under ThreadSanitizer in CI, which checks that concurrent blocks
-// are packed into buffers of their own.)
+// either way (8 blocks here on AVX-512, 12 on AMX, 20 on AVX2: some thread counts leave blocks over, 25 is
+// more threads than blocks everywhere), and a kept filter stays packed. (Its name puts it under
+// ThreadSanitizer in CI, which sees the packers built without ISA flags; the vector packers are built
+// without its instrumentation.)
 TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
   std::mt19937_64 rng(61);
   for (DType t : {DType::f32, DType::bf16, DType::hif8})
@@ -254,7 +255,7 @@ TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
       Case c = with_dtype(Case{}, t);
       c.data_format = fmt;
       c.groups = 4;
-      c.Cin = 4 * 70;  // blocks of 64 + 6 channels (AVX-512), or more blocks of 32 (AVX2)
+      c.Cin = 4 * 70;  // per group blocks of 64 + 6 channels (AVX-512), 32 (AMX) or 16 (AVX2)
       c.Cout = 4 * 5;
       c.N = 2;
       c.in = {3, 5, 9};
@@ -267,7 +268,7 @@ TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
       run_gemm(p, inst, GetParam());
       ASSERT_TRUE(matches_reference(p, inst)) << c.name();
       Tensor first = inst.y;
-      for (int threads : {1, 2, 3, 5, 12}) {
+      for (int threads : {1, 2, 3, 5, 12, 25}) {
         std::string why;
         auto engine = cpu::make_gemm(named_request(p, threads, GetParam()), GetParam(), {}, why);
         ASSERT_TRUE(engine) << why;
@@ -359,7 +360,7 @@ TEST_P(CpuIsa, BlockSlotsCountOnlyWhenTheFilterIsNotKept) {
   const auto slots = [&](int threads) { return needed(threads, false) - needed(threads, true); };
   const auto config = cpu::gemm_config(p, host_cpu_model(), GetParam(), 1);
   const std::int64_t width = std::int64_t{config.nv} * config.lanes;
-  const int blocks = static_cast<int>(p.G * ((p.Cin_g + width - 1) / width));  // 4 (AVX-512), 6 (AVX2), ...
+  const int blocks = static_cast<int>(p.G * ((p.Cin_g + width - 1) / width));  // 4 AVX-512, 6 AMX, 10 AVX2
   const std::int64_t one = slots(1);
   EXPECT_GT(one, 0);
   EXPECT_EQ(slots(2), 2 * one);

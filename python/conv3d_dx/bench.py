@@ -130,7 +130,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="threads for both (default: all CPUs)")
     parser.add_argument("--warmup", type=int, default=1,
-                        help="untimed runs first (default 1; more until 50 ms have passed)")
+                        help="untimed runs first, at least this many and as many more as fill 50 ms "
+                             "(default 1)")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs; the median is shown (default 7)")
     parser.add_argument("--shapes", default="", help="comma-separated suite names (default: all)")
     args = parser.parse_args(argv)

@@ -35,12 +35,13 @@ class EngineImpl {
   }
 };
 
-// What an engine allocates, estimated before it allocates anything: its packed filter and tables, the
-// workspace execute() uses, and each thread's scratch. Sums saturate rather than overflow.
+// What an engine allocates, estimated before it allocates anything: its packed filter, packed-block buffers
+// and tables, the workspace execute() uses, and each thread's scratch. Sums saturate rather than overflow.
 struct EngineMemory {
   std::int64_t packed = 0, workspace = 0, per_thread = 0;
   std::int64_t total(int threads) const;
-  std::string describe(int threads) const;  // "N bytes (packed filter and tables P, workspace W, ...)"
+  // "N bytes (packed filter, blocks and tables P, workspace W, ...)"
+  std::string describe(int threads) const;
 };
 
 // An engine that would need more memory than the request allows, or whose allocation failed.

@@ -133,7 +133,8 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t scratch =
         saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
                        saturating_mul(saturating_add(tile_floats_, 16), 4));
-    // The packed filter (allocated when kept or packed whole), and the block slots when it is not kept.
+    // The packed filter (allocated when kept or packed whole: counted either way, since a plan that does not
+    // keep it may still be asked to pack it), and the block slots when it is not kept.
     return {saturating_add(saturating_add(packed, tables), keep_filter_ ? 0 : own_blocks_bytes()), workspace,
             scratch};
   }
@@ -165,8 +166,8 @@ class GemmEngine final : public EngineImpl {
   // (own_slots), reused block after block, so the packed filter is never written to memory (nor allocated)
   // at all. Tasks and packed data are those of pack_filter + execute: the same bits.
   void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace, bool keep) override {
-    if (p_.N == 0) {
-      EngineImpl::execute_with_filter(dy, filter, y, workspace, keep);
+    if (p_.N == 0) {  // nothing to compute: the filter is packed only to be kept
+      if (keep) pack_filter(filter);
       return;
     }
     if (keep)

@@ -142,8 +142,10 @@ class PointwiseEngine final : public EngineImpl {
         }
       } else {  // widened exactly (with the input rounding) to fp32
         dy_reader_.visit(dy, [&](auto get) {
-          for (std::int64_t co = 0; co < k_; ++co)
+          for (std::int64_t co = 0; co < k_; ++co) {
+            prefetch(co + kPrefetchRows);
             for (std::int64_t i = 0; i < m; ++i) panel[co * kWidth + i] = get(at + co * ds[1] + i);
+          }
         });
       }
       // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.

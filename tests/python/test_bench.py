@@ -1,6 +1,10 @@
 """conv3d_dx.bench, the benchmark against PyTorch: its warm-up rule, and a run whose rows agree with
 PyTorch (the diff column) and name the engine."""
 
+import re
+
+import torch
+
 import conv3d_dx.bench as bench
 
 
@@ -19,11 +23,15 @@ def test_warm_up_runs_the_count_and_for_the_time():
 
 
 def test_suite_rows_match_pytorch(capsys):
-    bench.main(["--shapes", "g,h", "--repeat", "2", "--threads", "1", "--channels-last"])
+    threads = torch.get_num_threads()
+    try:
+        bench.main(["--shapes", "g,h", "--repeat", "2", "--threads", "1", "--channels-last"])
+    finally:
+        torch.set_num_threads(threads)  # main sets PyTorch's threads for the whole process
     lines = capsys.readouterr().out.splitlines()
     assert lines[2].startswith("runs: 1 warm-up (or more, for 50 ms), 2 timed")
     rows = {line.split()[0]: line.split() for line in lines[4:]}
     assert set(rows) == {"g", "h", "geomean"}
     for name in ("g", "h"):
         assert float(rows[name][6]) < 1e-5, rows[name]  # max |conv3d-dx - PyTorch| / max |PyTorch|
-        assert rows[name][7] != ""  # the engine
+        assert re.fullmatch(r"(gemm|pixel|pointwise|stream)_\w+", rows[name][7]), rows[name]  # the engine
