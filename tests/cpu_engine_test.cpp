@@ -369,6 +369,23 @@ TEST_P(CpuIsa, BlockSlotsCountOnlyWhenTheFilterIsNotKept) {
   expect_counts(0);
 }
 
+// The canary in y's padding and NaN in each of its elements: a sum that started from what y held rather than
+// from +0 would show.
+void fill_nan_elements(Tensor& y) {
+  fill_canary(y);
+  const auto& shape = y.view.shape;
+  const auto& strides = y.view.strides;
+  for (std::int64_t i = 0; i < shape[0] * shape[1] * shape[2] * shape[3] * shape[4]; ++i) {
+    std::int64_t at = 0, rest = i;
+    for (int a = 4; a >= 0; --a) {
+      at += rest % shape[a] * strides[a];
+      rest /= shape[a];
+    }
+    numeric::store_f32(y.view.dtype, y.view.data, at, std::numeric_limits<float>::quiet_NaN(),
+                       OverflowMode::ieee);
+  }
+}
+
 // Plane mode (a task per group of y planes, taps in groups of (kd, kh) accumulated in a staging buffer) and
 // unfused W taps sum in the same order as the default, so all give the same bits; and they match the
 // reference.
@@ -376,39 +393,43 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
   std::mt19937_64 rng(59);
   for (DType t : {DType::f32, DType::bf16})
     for (Layout fmt : kDataFormats)
-      for (std::int64_t s : {1, 2}) {
-        Case c = with_dtype(Case{}, t);
-        c.data_format = fmt;
-        c.N = 2;  // 10 planes: groups of 3 leave a remainder
-        c.Cin = 21;
-        c.Cout = 4;  // short sums: random data stays within the reference tolerance
-        c.in = {5, 6, 13};
-        c.kernel = {2, 2, 3};
-        c.stride = {s, 1, s};
-        c.pad_front = {1, 0, 2};
-        c.pad_back = {2, 1, 0};
-        Instance inst = instantiate(c, rng, Fill::random);
-        const Problem p = validate(inst.spec);
-        if (!admit(p)) continue;
-        run_gemm(p, inst, GetParam(), {0, 0, 0, 0});
-        ASSERT_TRUE(matches_reference(p, inst)) << c.name();
-        Tensor rows = inst.y;
-        for (int dh_group : {1, 2, 5})
-          for (int planes : {1, 3, 10}) {
-            fill_canary(inst.y);
-            cpu::GemmTuning tuning{0, 0, 1, dh_group};
-            tuning.planes_per_task = planes;
-            run_gemm(p, inst, GetParam(), tuning);
-            EXPECT_TRUE(same_bits(rows, inst.y))
-                << c.name() << ", tap groups of " << dh_group << ", " << planes << " planes per task";
-            EXPECT_TRUE(padding_intact(inst.y)) << c.name();
-          }
-        // Fused W taps sum in the same order as separate ones.
-        fill_canary(inst.y);
-        run_gemm(p, inst, GetParam(), {0, 0, 0, 0, false});
-        EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", W taps not fused";
-      }
-  expect_counts(4);  // fp32: 2 data formats x 2 strides
+      for (std::int64_t s : {1, 2})
+        for (std::int64_t cin : {21, 70}) {
+          Case c = with_dtype(Case{}, t);
+          c.data_format = fmt;
+          c.N = 2;  // 10 planes: groups of 3 leave a remainder
+          // 21: one narrow block; 70: full blocks too, which an fp32 channel-last y accumulates in place
+          // (padded views: at any alignment).
+          c.Cin = cin;
+          c.strided_views = cin == 70;
+          c.Cout = 4;  // short sums: random data stays within the reference tolerance
+          c.in = {5, 6, 13};
+          c.kernel = {2, 2, 3};
+          c.stride = {s, 1, s};
+          c.pad_front = {1, 0, 2};
+          c.pad_back = {2, 1, 0};
+          Instance inst = instantiate(c, rng, Fill::random);
+          const Problem p = validate(inst.spec);
+          if (!admit(p)) continue;
+          run_gemm(p, inst, GetParam(), {0, 0, 0, 0});
+          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+          Tensor rows = inst.y;
+          for (int dh_group : {1, 2, 5})
+            for (int planes : {1, 3, 10}) {
+              fill_nan_elements(inst.y);
+              cpu::GemmTuning tuning{0, 0, 1, dh_group};
+              tuning.planes_per_task = planes;
+              run_gemm(p, inst, GetParam(), tuning);
+              EXPECT_TRUE(same_bits(rows, inst.y))
+                  << c.name() << ", tap groups of " << dh_group << ", " << planes << " planes per task";
+              EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+            }
+          // Fused W taps sum in the same order as separate ones.
+          fill_canary(inst.y);
+          run_gemm(p, inst, GetParam(), {0, 0, 0, 0, false});
+          EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", W taps not fused";
+        }
+  expect_counts(8);  // fp32: 2 data formats x 2 strides x 2 channel counts
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, CpuIsa, ::testing::ValuesIn(kFastIsas),

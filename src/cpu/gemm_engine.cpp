@@ -732,6 +732,10 @@ class GemmEngine final : public EngineImpl {
     // store_tile would copy there).
     const bool y_direct = !amx && !config_.plane_mode && !config_.staged && p_.y_dtype == DType::f32 &&
                           p_.y_strides[1] == 1 && valid == cbw;
+    // In plane mode such a block's tap groups accumulate in y itself rather than in a staging plane that is
+    // then copied there: y starts as +0 and takes the same fp32 sums in the same order, so the same bits.
+    const bool plane_direct =
+        !amx && config_.plane_mode && p_.y_dtype == DType::f32 && p_.y_strides[1] == 1 && valid == cbw;
     // Whether any tap reaches y row ih of plane q; a row none reaches (a phase of a stride above the
     // kernel, or a border) is zero.
     const auto row_reached = [&](std::int64_t q, std::int64_t ih) {
@@ -739,7 +743,11 @@ class GemmEngine final : public EngineImpl {
       return D.reaches(D.phases[static_cast<std::size_t>(D.phase_of(id))], D.j_of(id)) &&
              H.reaches(H.phases[static_cast<std::size_t>(H.phase_of(ih))], H.j_of(ih));
     };
-    if (config_.plane_mode) std::fill(tile, tile + (q1 - q0) * plane_floats, 0.0f);
+    if (plane_direct)
+      for (std::int64_t q = q0; q < q1; ++q)
+        for (std::int64_t ih = ih0; ih < ih1; ++ih) zero_y(W.in, cbw, q / D.in, c0, q % D.in, ih, 0, 1, y);
+    else if (config_.plane_mode)
+      std::fill(tile, tile + (q1 - q0) * plane_floats, 0.0f);
 
     // In plane mode the taps come in groups whose filter fits in L2, each reused across all planes.
     for (const auto& [dh_begin, dh_end] : dh_groups_) {
@@ -792,7 +800,12 @@ class GemmEngine final : public EngineImpl {
                                    taps);
               }
               const std::int64_t iw0 = PW.first + W.stride * j0;
-              if (config_.plane_mode) {
+              if (plane_direct) {
+                if (ntaps > 0)
+                  fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps,
+                                  static_cast<float*>(y) + y_at(n, c0, id, ih, iw0),
+                                  W.stride * p_.y_strides[4], true});
+              } else if (config_.plane_mode) {
                 if (ntaps > 0)
                   fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
               } else if (config_.staged) {
@@ -810,7 +823,7 @@ class GemmEngine final : public EngineImpl {
         }
       }
     }
-    if (config_.staged)
+    if (config_.staged && !plane_direct)
       for (std::int64_t q = q0; q < q1; ++q)
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
           if (config_.plane_mode || row_reached(q, ih))

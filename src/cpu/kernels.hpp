@@ -28,8 +28,8 @@ struct TileArgs {
   std::int64_t dy_cs;  // elements between reduction steps
   const TapRef* taps;
   std::int64_t ntaps;
-  // Pixel p's NV * lanes results at tile + p * tile_ps: a staging tile (64-byte aligned, as `accumulate`
-  // needs) or, when y is fp32 with contiguous channels, y itself (any alignment).
+  // Pixel p's NV * lanes results at tile + p * tile_ps: a staging tile or, when y is fp32 with contiguous
+  // channels, y itself (any alignment, accumulating too).
   float* tile;
   std::int64_t tile_ps;
   bool accumulate;  // start from the tile's values (a later group of taps) instead of zero

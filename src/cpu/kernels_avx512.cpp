@@ -21,6 +21,7 @@ struct V {
   static constexpr int kLanes = 16;
   static CONV3D_DX_INLINE R zero() { return _mm512_setzero_ps(); }
   static CONV3D_DX_INLINE R load(const char* p) { return _mm512_load_ps(reinterpret_cast<const float*>(p)); }
+  static CONV3D_DX_INLINE R loadu(const float* p) { return _mm512_loadu_ps(p); }
   static CONV3D_DX_INLINE R bcast(float v) { return _mm512_set1_ps(v); }
   static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static CONV3D_DX_INLINE void store(float* p, R v) { _mm512_storeu_ps(p, v); }

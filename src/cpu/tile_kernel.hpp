@@ -58,9 +58,7 @@ struct Tile {
     R acc[M][NV];
     static_for<0, M>([&](auto p) __attribute__((always_inline)) {
       static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-        acc[p][v] = a.accumulate
-                        ? V::load(reinterpret_cast<const char*>(a.tile + p * a.tile_ps + v * V::kLanes))
-                        : V::zero();
+        acc[p][v] = a.accumulate ? V::loadu(a.tile + p * a.tile_ps + v * V::kLanes) : V::zero();
       });
     });
     const In* dy = static_cast<const In*>(a.dy);
