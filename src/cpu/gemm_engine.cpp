@@ -50,6 +50,14 @@ class GemmEngine final : public EngineImpl {
                    : config.flat     ? (flat_pixels_ + p.y_size[2]) * cbw_max
                    : config.staged   ? p.y_size[2] * cbw_max
                                      : std::max(kMaxM, config.amx ? kAmxMaxM : 0) * cbw_max;
+    // Tiles per y row (all W phases) in plane mode, for the narrowest tiles any block uses.
+    if (config.plane_mode) {
+      int min_m = kMaxM;
+      for (int v = 1; v <= config.nv; ++v)
+        if (config.max_m[v] > 0) min_m = std::min(min_m, config.max_m[v]);
+      for (const AxisPhase& pw : ax_[2].phases)
+        if (pw.count > 0) row_tiles_ += ceil_div(pw.count, std::int64_t{min_m});
+    }
     check_memory(request, name(), memory());
     // Channel blocks of config.nv vectors; the last one may be narrower.
     std::int64_t w_off = 0;
@@ -129,10 +137,11 @@ class GemmEngine final : public EngineImpl {
             : 0);
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
-    // Per thread: tap lists and the tile.
+    // Per thread: tap lists, the tile and the plane-mode tiles' flags.
     const std::int64_t scratch =
-        saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
-                       saturating_mul(saturating_add(tile_floats_, 16), 4));
+        saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
+                                      saturating_mul(saturating_add(tile_floats_, 16), 4)),
+                       written_flags());
     // The packed filter (allocated when kept or packed whole: counted either way, since a plan that does not
     // keep it may still be asked to pack it), and the block slots when it is not kept.
     return {saturating_add(saturating_add(packed, tables), keep_filter_ ? 0 : own_blocks_bytes()), workspace,
@@ -303,12 +312,20 @@ class GemmEngine final : public EngineImpl {
     own_blocks_ = std::move(blocks);  // only once all are allocated: a refusal leaves none
   }
 
+  // Plane mode: a flag per tile of a task's y rows (see run_task).
+  std::int64_t written_flags() const {
+    return config_.plane_mode ? saturating_mul(config_.planes_per_task * p_.y_size[1], row_tiles_) : 0;
+  }
+
   // Per-thread buffers of run_task.
   struct TaskScratch {
     explicit TaskScratch(const GemmEngine& e)
-        : taps(static_cast<std::size_t>(e.taps_)), tile(static_cast<std::size_t>(e.tile_floats_ + 16)) {}
+        : taps(static_cast<std::size_t>(e.taps_)),
+          tile(static_cast<std::size_t>(e.tile_floats_ + 16)),
+          written(static_cast<std::size_t>(e.written_flags())) {}
     std::vector<TapRef> taps;
     std::vector<float> tile;
+    std::vector<unsigned char> written;  // plane mode, in y: per tile, whether a tap group has written it
   };
 
   // Block layout: fp32 [tap][kpad][nv*lanes]; bf16 [tap][kpad/2][nv*lanes][2]. Padding stays zero (the
@@ -743,9 +760,11 @@ class GemmEngine final : public EngineImpl {
       return D.reaches(D.phases[static_cast<std::size_t>(D.phase_of(id))], D.j_of(id)) &&
              H.reaches(H.phases[static_cast<std::size_t>(H.phase_of(ih))], H.j_of(ih));
     };
+    // In y, the first tap group that reaches a tile writes it (its sums start from +0, as in a zeroed plane)
+    // and later ones add to it; tiles no tap reaches are zeroed at the end.
+    unsigned char* written = scratch.written.data();
     if (plane_direct)
-      for (std::int64_t q = q0; q < q1; ++q)
-        for (std::int64_t ih = ih0; ih < ih1; ++ih) zero_y(W.in, cbw, q / D.in, c0, q % D.in, ih, 0, 1, y);
+      std::fill(written, written + (q1 - q0) * H.in * row_tiles_, 0);
     else if (config_.plane_mode)
       std::fill(tile, tile + (q1 - q0) * plane_floats, 0.0f);
 
@@ -768,6 +787,7 @@ class GemmEngine final : public EngineImpl {
             if (zeroes) zero_y(W.in, p_.Cin_g, n, g * p_.Cin_g, id, ih, 0, 1, y);
             continue;
           }
+          std::int64_t row_tile = ((q - q0) * H.in + ih) * row_tiles_;  // plane_direct: the row's first tile
           for (const AxisPhase& PW : W.phases) {
             if (PW.count == 0) continue;
             if (PW.taps.empty() && !config_.plane_mode && !config_.staged) {
@@ -804,7 +824,8 @@ class GemmEngine final : public EngineImpl {
                 if (ntaps > 0)
                   fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps,
                                   static_cast<float*>(y) + y_at(n, c0, id, ih, iw0),
-                                  W.stride * p_.y_strides[4], true});
+                                  W.stride * p_.y_strides[4], written[row_tile + k] != 0});
+                written[row_tile + k] |= static_cast<unsigned char>(ntaps > 0);
               } else if (config_.plane_mode) {
                 if (ntaps > 0)
                   fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
@@ -819,10 +840,25 @@ class GemmEngine final : public EngineImpl {
                 store_tile(tile, m, cbw, valid, n, c0, id, ih, iw0, W.stride, y);
               }
             }
+            row_tile += nblk;
           }
         }
       }
     }
+    if (plane_direct)
+      for (std::int64_t q = q0; q < q1; ++q)
+        for (std::int64_t ih = ih0; ih < ih1; ++ih) {
+          std::int64_t row_tile = ((q - q0) * H.in + ih) * row_tiles_;
+          for (const AxisPhase& PW : W.phases) {
+            if (PW.count == 0) continue;
+            const std::int64_t nblk = ceil_div(PW.count, max_m);
+            for (std::int64_t k = 0; k < nblk; ++k, ++row_tile)
+              if (!written[row_tile]) {
+                const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
+                zero_y(m, cbw, q / D.in, c0, q % D.in, ih, PW.first + W.stride * j0, W.stride, y);
+              }
+          }
+        }
     if (config_.staged && !plane_direct)
       for (std::int64_t q = q0; q < q1; ++q)
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
@@ -1054,6 +1090,7 @@ class GemmEngine final : public EngineImpl {
   std::vector<unsigned char> tiny_blocks_;
   std::int64_t tasks_per_block_ = 0;  // plane groups or rows
   std::int64_t tile_floats_ = 0;      // per-thread output staging: a tile, a y row or a group of y planes
+  std::int64_t row_tiles_ = 0;        // plane mode: the most tiles a y row is cut into (all W phases)
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,
                dy_w_ = 0;  // compute-type element strides
   // Elements from a converted dy plane's start to its row 0, pixel 0 (the AMX halo rows and pixels).
