@@ -394,14 +394,16 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
   for (DType t : {DType::f32, DType::bf16})
     for (Layout fmt : kDataFormats)
       for (std::int64_t s : {1, 2, 3})  // 3: D strides past the kernel, leaving y planes no tap reaches
-        for (std::int64_t cin : {21, 70}) {
+        for (std::int64_t cin : {21, 70, 80}) {
           Case c = with_dtype(Case{}, t);
           c.data_format = fmt;
           c.N = 2;  // 10 planes: groups of 3 leave a remainder
           // 21: one narrow block; 70: full blocks too, which an fp32 channel-last y accumulates in place
-          // (padded views: at any alignment).
+          // (padded views: at any alignment), also from bf16 inputs; 80: a full block narrower than the
+          // others (AVX-512: 64 + 16), whose tiles are wider.
           c.Cin = cin;
           c.strided_views = cin == 70;
+          if (cin == 70) c.y_dtype = DType::f32;
           c.Cout = 4;  // short sums: random data stays within the reference tolerance
           c.in = {5, 6, 13};
           c.kernel = {2, 2, 3};
@@ -429,7 +431,7 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
           run_gemm(p, inst, GetParam(), {0, 0, 0, 0, false});
           EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", W taps not fused";
         }
-  expect_counts(12);  // fp32: 2 data formats x 3 strides x 2 channel counts
+  expect_counts(18);  // fp32: 2 data formats x 3 strides x 3 channel counts
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, CpuIsa, ::testing::ValuesIn(kFastIsas),
