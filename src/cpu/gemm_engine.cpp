@@ -312,9 +312,17 @@ class GemmEngine final : public EngineImpl {
     own_blocks_ = std::move(blocks);  // only once all are allocated: a refusal leaves none
   }
 
-  // Plane mode: a flag per tile of a task's y rows (see run_task).
+  // Tile k of `tiles` that share `count` pixels out evenly: its first pixel and its width.
+  static std::pair<std::int64_t, std::int64_t> even_tile(std::int64_t count, std::int64_t tiles,
+                                                         std::int64_t k) {
+    const std::int64_t j0 = count * k / tiles;
+    return {j0, count * (k + 1) / tiles - j0};
+  }
+
+  // Plane mode summing in an fp32 channel-last y: a flag per tile of a task's y rows (see run_task).
   std::int64_t written_flags() const {
-    return config_.plane_mode ? saturating_mul(config_.planes_per_task * p_.y_size[1], row_tiles_) : 0;
+    const bool in_y = config_.plane_mode && p_.y_dtype == DType::f32 && p_.y_strides[1] == 1;
+    return in_y ? saturating_mul(config_.planes_per_task * p_.y_size[1], row_tiles_) : 0;
   }
 
   // Per-thread buffers of run_task.
@@ -801,9 +809,8 @@ class GemmEngine final : public EngineImpl {
             bool built_inside = false;
             for (std::int64_t k = 0; k < nblk; ++k) {
               const std::int64_t amx_m = ceil_div(PW.count, nblk);
-              const std::int64_t j0 = amx ? k * amx_m : PW.count * k / nblk,
-                                 m = amx ? std::min<std::int64_t>(amx_m, PW.count - j0)
-                                         : PW.count * (k + 1) / nblk - j0;
+              const auto [j0, m] = amx ? std::pair{k * amx_m, std::min(amx_m, PW.count - k * amx_m)}
+                                       : even_tile(PW.count, nblk, k);
               // With AMX every tile counts as inside: the halo stands in for pixels outside dy.
               const bool inside = amx || (!PW.taps.empty() && j0 + PW.taps.back().off >= 0 &&
                                           j0 + m - 1 + PW.taps.front().off < W.out);
@@ -854,7 +861,7 @@ class GemmEngine final : public EngineImpl {
             const std::int64_t nblk = ceil_div(PW.count, max_m);
             for (std::int64_t k = 0; k < nblk; ++k, ++row_tile)
               if (!written[row_tile]) {
-                const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
+                const auto [j0, m] = even_tile(PW.count, nblk, k);
                 zero_y(m, cbw, q / D.in, c0, q % D.in, ih, PW.first + W.stride * j0, W.stride, y);
               }
           }
@@ -901,7 +908,7 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t nblk = ceil_div(PW.count, max_m);
           for (std::int64_t jh = 0; jh < PH.count; ++jh)
             for (std::int64_t k = 0; k < nblk; ++k) {
-              const std::int64_t j0 = PW.count * k / nblk, m = PW.count * (k + 1) / nblk - j0;
+              const auto [j0, m] = even_tile(PW.count, nblk, k);
               const std::int64_t ntaps =
                   build_taps(PD, PH, PW, jd, jh, 0, dh_taps, j0, m, false, wblock, tap_bytes, steps, taps);
               fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + (jh * flat_width_ + j0) * cbw, cbw,
