@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "numeric/numeric.hpp"
@@ -151,7 +152,9 @@ void fill(Tensor& t, std::mt19937_64& rng, Fill kind) {
   for_each_index(t.view.shape, [&](const std::array<std::int64_t, 5>& i) {
     std::int64_t at = 0;
     for (int d = 0; d < 5; ++d) at += i[d] * t.view.strides[d];
-    const double v = kind == Fill::small_integers ? small(rng) : std::ldexp(mantissa(rng), exponent(rng));
+    const double v = kind == Fill::small_integers ? small(rng)
+                     : kind == Fill::nan          ? std::numeric_limits<double>::quiet_NaN()
+                                                  : std::ldexp(mantissa(rng), exponent(rng));
     numeric::store_f32(t.view.dtype, t.view.data, at, static_cast<float>(v), OverflowMode::ieee);
   });
 }

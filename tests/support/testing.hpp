@@ -89,6 +89,7 @@ Tensor make_tensor(DType dtype, Layout layout, const std::array<std::int64_t, 5>
 enum class Fill {
   small_integers,  // integers in [-3, 3]: every fp32 sum in the tests is exact
   random,          // values spread over magnitudes, representable in the dtype
+  nan,             // every element NaN: an output whose sums did not start from +0 shows
 };
 void fill(Tensor& t, std::mt19937_64& rng, Fill kind);
 // Every byte of the buffer (padding included) set to a pattern; canary_intact checks it is unchanged.
