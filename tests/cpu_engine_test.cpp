@@ -610,8 +610,10 @@ INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPixel, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
 
 // The pointwise engine (1x1x1 kernel, stride 1, no padding, channel-first tensors), in fp32 and over bf16
-// pairs: pixel counts around its 32-pixel tiles, channel blocks of 8 (full and partial), odd and even Cout,
-// groups, y in every output type; exact on small integers; 1, 2 and 3 threads give the same bits.
+// pairs: pixel counts around its tiles (144 pixels for these Cout, 132 for Cout 1900) and its 6- to 14-pixel
+// kernel calls, channel blocks of 16 to 64 (full and partial, one to three per group), dy rows transposed in
+// blocks of 32 (odd and even Cout, partial blocks), groups, y in every output type; exact on small
+// integers; 1, 2 and 3 threads give the same bits.
 class CpuPointwise : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
@@ -631,11 +633,16 @@ class CpuPointwise : public ::testing::TestWithParam<bool> {
 
 TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
   std::mt19937_64 rng(131);
-  const std::array<std::int64_t, 3> sizes[] = {{1, 1, 31}, {1, 4, 8}, {1, 1, 33}, {2, 3, 11}, {3, 5, 7}};
+  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 31}, {1, 4, 8},   {1, 1, 33}, {2, 3, 11},
+                                                          {3, 5, 7},  {1, 1, 143}, {1, 5, 29}, {2, 2, 37}};
+  const std::vector<std::array<std::int64_t, 3>> wide_k_sizes = {{1, 1, 140}, {1, 1, 132}};
   int k = 0;
-  for (std::int64_t cin : {9, 16, 17, 40})
-    for (std::int64_t cout : {1, 2, 3, 16, 33})
-      for (const auto& in : sizes) {
+  for (std::int64_t cin : {9, 17, 40, 80, 130})
+    for (std::int64_t cout : {1, 2, 3, 16, 33, 70, 1900})
+      for (int i = 0; i < 2; ++i) {             // two sizes per pair of channel counts, in turn
+        if (cout == 1900 && cin > 9) continue;  // a narrower tile (132 pixels): one case is enough
+        const auto& in = cout == 1900 ? wide_k_sizes[static_cast<std::size_t>(i)]
+                                      : sizes[static_cast<std::size_t>(k % 4 + 4 * i)];
         Case c = pointwise(cin, cout, in);
         if (!GetParam()) c = with_dtype(c, kAllDtypes[k % 5]);  // widened to fp32 tile by tile
         c.hf32 = !GetParam() && k % 10 == 5 && c.dtype == DType::f32;

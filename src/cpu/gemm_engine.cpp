@@ -1030,20 +1030,8 @@ class GemmEngine final : public EngineImpl {
       store_run(p_, ks_, tile, 1, y, base, 1, m * valid);
     } else if (s[1] == 1) {  // channels contiguous: one run per pixel
       for (std::int64_t p = 0; p < m; ++p) store_run(p_, ks_, tile + p * cbw, 1, y, base + p * ps, 1, valid);
-    } else if (ps == 1 && ks_.store_transposed && transposed_store_type(p_.y_dtype)) {
-      void* at = static_cast<char*>(y) + base * static_cast<std::int64_t>(dtype_size(p_.y_dtype));
-      ks_.store_transposed(tile, false, cbw, m, valid, at, *transposed_store_type(p_.y_dtype), s[1],
-                           p_.overflow == OverflowMode::saturate);
-    } else if (ps == 1 && ks_.store_transposed) {
-      // 8-bit y: blocks of pixels transposed to one fp32 run per channel, each encoded as a whole.
-      constexpr std::int64_t kPixels = 64;
-      alignas(64) float runs[kMaxNv * 16 * kPixels];
-      for (std::int64_t p0 = 0; p0 < m; p0 += kPixels) {
-        const std::int64_t np = std::min(kPixels, m - p0);
-        ks_.store_transposed(tile + p0 * cbw, false, cbw, np, valid, runs, StoreType::f32, kPixels, false);
-        for (std::int64_t c = 0; c < valid; ++c)
-          store_run(p_, ks_, runs + c * kPixels, 1, y, base + c * s[1] + p0, 1, np);
-      }
+    } else if (ps == 1) {
+      store_channel_first(p_, ks_, tile, cbw, m, valid, y, base, s[1]);
     } else {  // one run per channel across the pixels
       for (std::int64_t c = 0; c < valid; ++c) store_run(p_, ks_, tile + c, cbw, y, base + c * s[1], ps, m);
     }

@@ -14,12 +14,13 @@
 namespace conv3d_dx::cpu {
 namespace {
 
-constexpr int kUnit = kMaxPixCi;  // input channels per tile: the pixel kernels' widest
-constexpr int kVectors = 2;       // 16-pixel vectors per tile (kUnit x kVectors accumulators, one row)
-constexpr std::int64_t kWidth = 16 * kVectors;
+// Pixels per tile: as many whole 6-pixel kernel calls as keep the panel within kPanelBytes (in L2 beside a
+// block's filter), from kMinWidth to kMaxWidth. Each tile reads every filter block once: on i (2730 output
+// channels) 96 to 192 pixels measured ~5 % faster than 48.
+constexpr std::int64_t kMinWidth = 48, kMaxWidth = 144, kPanelBytes = std::int64_t{1} << 20;
 constexpr std::int64_t kTasksPerThread = 4;  // runs of tiles per thread worth cutting images into
-constexpr std::int64_t kMaxPanelSteps = std::int64_t{1} << 18;  // a 32 MiB panel per thread at most
-constexpr std::int64_t kPrefetchRows = 16;                      // dy rows requested ahead of the panel copy
+constexpr std::int64_t kMaxPanelSteps = std::int64_t{1} << 18;  // a 48 MiB panel per thread at most
+constexpr std::int64_t kRows = 32;  // dy rows per transposed block (16 channel pairs); also the prefetch lead
 
 class PointwiseEngine final : public EngineImpl {
  public:
@@ -29,19 +30,28 @@ class PointwiseEngine final : public EngineImpl {
         ks_(ks),
         pairs_(pairs),
         k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
-        units_(ceil_div(p_.Cin_g, kUnit)),
+        // A pixel's panel row spans an odd number of cache lines, so the rows of a kernel call's pixels do
+        // not share L1 sets.
+        kp_((ceil_div(k_, 16) | 1) * 16),
+        width_(std::clamp(kPanelBytes / (kp_ * 4) / 6 * 6, kMinWidth, kMaxWidth)),
+        nv_(static_cast<int>(std::min<std::int64_t>(kMaxNv, ceil_div(p_.Cin_g, ks.lanes)))),
+        unit_(nv_ * ks.lanes),
+        units_(ceil_div(p_.Cin_g, unit_)),
         pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
         elem_(static_cast<std::int64_t>(dtype_size(p_.dy_dtype))),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
-        w_reader_(p_.filter_dtype, p_.input_rounding) {
+        w_reader_(p_.filter_dtype, p_.input_rounding),
+        direct_(!pairs && ((p_.dy_dtype == DType::f32 && p_.input_rounding == InputRounding::none) ||
+                           (p_.dy_dtype == DType::bf16 && p_.input_rounding != InputRounding::fp16))) {
     const Problem& p = p_;
-    // The packed filter; per thread a dy panel and an output tile (see execute); no workspace.
-    const std::int64_t packed = saturating_mul(saturating_mul(p.G * units_, k_), kUnit * 4);
-    check_memory(request, name(), {packed, 0, (saturating_mul(k_, kWidth) + kUnit * kWidth + 32) * 4});
+    // The packed filter; per thread a dy panel, a block of rows and an output tile (see execute).
+    const std::int64_t packed = saturating_mul(saturating_mul(p.G * units_, k_), unit_ * 4);
+    check_memory(request, name(),
+                 {packed, 0, (saturating_mul(kp_, width_) + (kRows + unit_) * width_ + 48) * 4});
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed), "the packed filter");
     // Each image's pixels are cut into runs of whole tiles, enough of them to share out. A pixel's sum does
     // not depend on which tile holds it, so neither does the result.
-    const std::int64_t tiles = ceil_div(pixels_, kWidth), images = p.N * p.G;
+    const std::int64_t tiles = ceil_div(pixels_, width_), images = p.N * p.G;
     const std::int64_t cuts =
         std::min(tiles, std::max<std::int64_t>(1, ceil_div(kTasksPerThread * threads_, images)));
     run_tiles_ = ceil_div(tiles, cuts);
@@ -50,8 +60,8 @@ class PointwiseEngine final : public EngineImpl {
 
   std::string name() const override { return pairs_ ? "pointwise_avx512_bf16" : "pointwise_avx512"; }
 
-  // Per unit of kUnit input channels (group g, block b; the last block's padding stays zero):
-  // [g][b][co][kUnit] fp32, or [g][b][co / 2][kUnit][2] bf16.
+  // Per unit of unit_ input channels (group g, block b; the last block's padding stays zero):
+  // [g][b][co][unit_] fp32, or [g][b][co / 2][unit_][2] bf16.
   void pack_filter(const void* filter) override {
     const auto& s = p_.filter_strides;
     // Per unit: whether it holds a bf16 value too small for vdpbf16ps (tiny_bf16).
@@ -61,20 +71,20 @@ class PointwiseEngine final : public EngineImpl {
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * units_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t unit = begin; unit < end; ++unit) {
-          const std::int64_t g = unit / units_, ci0 = unit % units_ * kUnit;
-          const std::int64_t valid = std::min<std::int64_t>(kUnit, p_.Cin_g - ci0);
+          const std::int64_t g = unit / units_, ci0 = unit % units_ * unit_;
+          const std::int64_t valid = std::min<std::int64_t>(unit_, p_.Cin_g - ci0);
           bool any = false;
           for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
             const std::int64_t src = (g * p_.Cout_g + co) * s[0] + ci0 * s[1];
             if (pairs_) {  // one 32-byte run per pair of output channels
               auto* w =
-                  static_cast<std::uint16_t*>(wpack_.get()) + ((unit * k_ + co / 2) * kUnit) * 2 + (co & 1);
+                  static_cast<std::uint16_t*>(wpack_.get()) + ((unit * k_ + co / 2) * unit_) * 2 + (co & 1);
               for (std::int64_t c = 0; c < valid; ++c) {
                 put(w, 2 * c, get(src + c * s[1]));
                 any |= tiny_bf16(w[2 * c]);
               }
             } else {
-              float* w = static_cast<float*>(wpack_.get()) + (unit * k_ + co) * kUnit;
+              float* w = static_cast<float*>(wpack_.get()) + (unit * k_ + co) * unit_;
               if (widen) {
                 w_reader_.widen(ks_, filter, src, valid, w);
                 continue;
@@ -92,76 +102,95 @@ class PointwiseEngine final : public EngineImpl {
   void execute(const void* dy, void* y, void* /*workspace*/) const override {
     if (p_.N == 0) return;
     parallel_for(threads_, p_.N * p_.G * runs_, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> panel(static_cast<std::size_t>(k_ * kWidth + 16));  // 4-byte units
-      std::vector<float> tile(static_cast<std::size_t>(kUnit * kWidth + 16));
+      std::vector<float> panel(static_cast<std::size_t>(kp_ * width_ + 16));  // 4-byte units
+      std::vector<float> rows(static_cast<std::size_t>(kRows * width_ + 16));
+      std::vector<float> tile(static_cast<std::size_t>(unit_ * width_ + 16));
       for (std::int64_t t = begin; t < end; ++t)
         run_task(t, dy, y, static_cast<float*>(align64(panel.data())),
-                 static_cast<float*>(align64(tile.data())));
+                 static_cast<float*>(align64(rows.data())), static_cast<float*>(align64(tile.data())));
     });
   }
 
  private:
-  // One task: a run of tiles of image (n, g). Per tile, dy's rows of the tile's pixels for every output
-  // channel are copied into `panel` ([co][kWidth] fp32, or [co / 2][kWidth][2] bf16), then every unit of
-  // input channels is reduced against it into `tile` ([kUnit][kWidth]) and stored.
-  void run_task(std::int64_t t, const void* dy, void* y, float* panel, float* tile) const {
+  // One task: a run of tiles of image (n, g). Per tile, the tile's pixels of dy are transposed into `panel`
+  // (fill_panel), then each block of unit_ input channels is reduced against it into `tile`
+  // ([pixel][unit_]) by the GEMM engine's tile kernels and stored.
+  void run_task(std::int64_t t, const void* dy, void* y, float* panel, float* rows, float* tile) const {
     const std::int64_t run = t % runs_, g = t / runs_ % p_.G, n = t / runs_ / p_.G;
     const auto &ds = p_.dy_strides, &ys = p_.y_strides;
-    const std::int64_t p_end = std::min(pixels_, (run + 1) * run_tiles_ * kWidth);
-    for (std::int64_t p0 = run * run_tiles_ * kWidth; p0 < p_end; p0 += kWidth) {
-      const std::int64_t m = std::min(kWidth, p_end - p0), at = n * ds[0] + g * p_.Cout_g * ds[1] + p0;
-      // The panel's rows lie a plane apart in dy: too far for the hardware prefetchers, so each copy would
-      // wait for memory. Rows kPrefetchRows ahead are requested while earlier ones are copied.
-      const auto* dy_bytes = static_cast<const char*>(dy);
-      const std::int64_t row_bytes = m * elem_;
-      // (Inlined: GCC deems a separate function of prefetches alone free of effects and drops its calls.)
-      const auto prefetch = [&](std::int64_t co) __attribute__((always_inline)) {  // at most 3 lines a row
-        if (co >= p_.Cout_g) return;
-        const char* row = dy_bytes + (at + co * ds[1]) * elem_;
-        _mm_prefetch(row, _MM_HINT_T0);
-        if (row_bytes > 64) _mm_prefetch(row + 64, _MM_HINT_T0);
-        _mm_prefetch(row + row_bytes - 1, _MM_HINT_T0);
-      };
-      for (std::int64_t co = 0; co < kPrefetchRows; ++co) prefetch(co);
-      bool tiny = false;
-      if (pairs_) {
-        const auto* src = static_cast<const std::uint16_t*>(dy) + at;
-        auto* pairs = reinterpret_cast<std::uint16_t*>(panel);
-        for (std::int64_t q = 0; q < k_; ++q) {
-          const std::int64_t co = 2 * q;
-          prefetch(co + kPrefetchRows);
-          prefetch(co + 1 + kPrefetchRows);
-          ks_.interleave_bf16(src + co * ds[1], co + 1 < p_.Cout_g ? src + (co + 1) * ds[1] : nullptr,
-                              pairs + q * 2 * kWidth, m);
-          tiny |= ks_.any_tiny_bf16(pairs + q * 2 * kWidth, 2 * m);
-        }
-      } else if (dy_reader_.widens(ks_)) {  // a copy, or widened exactly by vector kernels
-        for (std::int64_t co = 0; co < k_; ++co) {
-          prefetch(co + kPrefetchRows);
-          dy_reader_.widen(ks_, dy, at + co * ds[1], m, panel + co * kWidth);
-        }
-      } else {  // widened exactly (with the input rounding) to fp32
-        dy_reader_.visit(dy, [&](auto get) {
-          for (std::int64_t co = 0; co < k_; ++co) {
-            prefetch(co + kPrefetchRows);
-            for (std::int64_t i = 0; i < m; ++i) panel[co * kWidth + i] = get(at + co * ds[1] + i);
-          }
-        });
-      }
+    const std::int64_t p_end = std::min(pixels_, (run + 1) * run_tiles_ * width_);
+    const std::int64_t unit_elems = pairs_ ? 2 : 1;  // dy elements per panel unit (an fp32 value or a pair)
+    for (std::int64_t p0 = run * run_tiles_ * width_; p0 < p_end; p0 += width_) {
+      const std::int64_t m = std::min(width_, p_end - p0);
+      const bool tiny = fill_panel(dy, n * ds[0] + g * p_.Cout_g * ds[1] + p0, m, panel, rows);
       // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
-      const PixFn fn = !pairs_                ? ks_.pix[kUnit][kVectors]
-                       : tiny_filter_ || tiny ? ks_.pix_bf16_exact[kUnit][kVectors]
-                                              : ks_.pix_bf16[kUnit][kVectors];
-      PixTap tap{0, nullptr, 1u, 0, static_cast<std::int32_t>(m)};
+      const auto& table = !pairs_ ? ks_.f32[nv_] : tiny_filter_ || tiny ? ks_.bf16_exact[nv_] : ks_.bf16[nv_];
+      const std::int64_t calls = ceil_div(m, ks_.max_m[nv_]);
       for (std::int64_t u = 0; u < units_; ++u) {
-        tap.w = static_cast<const char*>(wpack_.get()) + (g * units_ + u) * k_ * kUnit * 4;
-        fn(PixArgs{panel, kWidth, 0, k_, &tap, 1, tile});
-        const std::int64_t c0 = g * p_.Cin_g + u * kUnit,
-                           valid = std::min<std::int64_t>(kUnit, p_.Cin_g - u * kUnit);
-        for (std::int64_t c = 0; c < valid; ++c)
-          store_run(p_, ks_, tile + c * kWidth, 1, y, n * ys[0] + (c0 + c) * ys[1] + p0, 1, m);
+        TapRef tap{0, static_cast<const char*>(wpack_.get()) + (g * units_ + u) * k_ * unit_ * 4, k_, 0, 0};
+        for (std::int64_t j = 0; j < calls; ++j) {  // the tile's pixels in near-equal kernel calls
+          const std::int64_t j0 = m * j / calls, mj = m * (j + 1) / calls - j0;
+          tap.dy_off = j0 * kp_ * unit_elems;
+          tap.hi = static_cast<std::int32_t>(mj);
+          table[mj](TileArgs{panel, kp_ * unit_elems, unit_elems, &tap, 1, tile + j0 * unit_, unit_, false});
+        }
+        const std::int64_t c0 = u * unit_, valid = std::min<std::int64_t>(unit_, p_.Cin_g - c0);
+        store_channel_first(p_, ks_, tile, unit_, m, valid, y, n * ys[0] + (g * p_.Cin_g + c0) * ys[1] + p0,
+                            ys[1]);
       }
     }
+  }
+
+  // panel[i][q] = the tile's pixel i in dy row q (fp32), or rows 2q and 2q + 1 as a bf16 pair (the pair of
+  // an odd Cout_g's last row holds +0), for m pixels from dy element `at`: blocks of kRows rows transposed
+  // straight from dy when they are exact fp32 or bf16, otherwise first widened into `rows`. Returns whether
+  // a bf16 pair holds a tiny value (tiny_bf16).
+  bool fill_panel(const void* dy, std::int64_t at, std::int64_t m, float* panel, float* rows) const {
+    const std::int64_t cs = p_.dy_strides[1], row_bytes = m * elem_;
+    // Rows lie a plane apart in dy: too far for the hardware prefetchers, so each block's rows are
+    // requested while the block before is transposed. (Inlined: GCC deems a function of prefetches alone
+    // free of effects and drops its calls.)
+    const auto* dy_bytes = static_cast<const char*>(dy);
+    const auto prefetch = [&](std::int64_t r0) __attribute__((always_inline)) {
+      for (std::int64_t r = r0; r < std::min(r0 + kRows, p_.Cout_g); ++r) {
+        const char* row = dy_bytes + (at + r * cs) * elem_;
+        for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+        _mm_prefetch(row + row_bytes - 1, _MM_HINT_T0);
+      }
+    };
+    prefetch(0);
+    bool tiny = false;
+    for (std::int64_t r0 = 0; r0 < p_.Cout_g; r0 += kRows) {
+      prefetch(r0 + kRows);
+      const std::int64_t nr = std::min(kRows, p_.Cout_g - r0), src = at + r0 * cs;
+      if (pairs_) {
+        auto* out = reinterpret_cast<std::uint16_t*>(panel) + r0;
+        const auto* in = static_cast<const std::uint16_t*>(dy) + src;
+        if (nr % 2 == 0) {
+          tiny |= ks_.transpose_bf16_pairs(in, cs, nr, m, out, 2 * kp_);
+          continue;
+        }
+        auto* block = reinterpret_cast<std::uint16_t*>(rows);  // the rows and a zero row
+        for (std::int64_t r = 0; r < nr; ++r)
+          std::memcpy(block + r * width_, in + r * cs, static_cast<std::size_t>(m) * 2);
+        std::fill(block + nr * width_, block + (nr + 1) * width_, std::uint16_t{0});
+        tiny |= ks_.transpose_bf16_pairs(block, width_, nr + 1, m, out, 2 * kp_);
+      } else if (direct_) {
+        ks_.store_transposed(dy_bytes + src * elem_, p_.dy_dtype == DType::bf16, cs, nr, m, panel + r0,
+                             StoreType::f32, kp_, false);
+      } else {
+        if (dy_reader_.widens(ks_)) {  // widened exactly (with the input rounding) by vector kernels
+          for (std::int64_t r = 0; r < nr; ++r) dy_reader_.widen(ks_, dy, src + r * cs, m, rows + r * width_);
+        } else {
+          dy_reader_.visit(dy, [&](auto get) {
+            for (std::int64_t r = 0; r < nr; ++r)
+              for (std::int64_t i = 0; i < m; ++i) rows[r * width_ + i] = get(src + r * cs + i);
+          });
+        }
+        ks_.store_transposed(rows, false, width_, nr, m, panel + r0, StoreType::f32, kp_, false);
+      }
+    }
+    return tiny;
   }
 
   Problem p_;
@@ -169,13 +198,18 @@ class PointwiseEngine final : public EngineImpl {
   const KernelSet& ks_;
   bool pairs_;                             // bf16 channel pairs through vdpbf16ps
   std::int64_t k_;                         // reduction steps: Cout_g, or channel pairs
-  std::int64_t units_;                     // blocks of kUnit input channels per group
+  std::int64_t kp_;                        // 4-byte units per pixel of the panel, k_ and padding
+  std::int64_t width_;                     // pixels per tile
+  int nv_;                                 // vectors of input channels per kernel call
+  std::int64_t unit_;                      // input channels per block: nv_ vectors
+  std::int64_t units_;                     // blocks of unit_ input channels per group
   std::int64_t pixels_;                    // per image: D x H x W, one contiguous row in both tensors
   std::int64_t elem_;                      // bytes per dy element
   std::int64_t run_tiles_ = 1, runs_ = 1;  // tiles per task, tasks per image
   AlignedPtr wpack_;
   bool tiny_filter_ = false;  // the packed bf16 filter holds a tiny value (tiny_bf16)
   Reader dy_reader_, w_reader_;
+  bool direct_;  // fp32 panels transposed straight from dy: exact fp32 or bf16 values
 };
 
 // The planes of a channel-first tensor (C, D, H, W) are contiguous rows of D x H x W elements.

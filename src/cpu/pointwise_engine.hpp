@@ -1,9 +1,9 @@
 // The pointwise engine for channel-first tensors: a 1x1x1 kernel with stride 1 and no padding on NCDHW dy
 // and y is a plain matrix product per image, y[ci][p] = sum over co of w[co][ci] * dy[co][p]. The GEMM
-// engine would read NCDHW dy with strided channels (or transpose all of it first); this one vectorises over
-// pixels instead, as the pixel engine does: per tile of 32 pixels it copies the tile's dy rows of every
-// output channel into a contiguous panel (bf16: interleaved into channel pairs on the way), then runs the
-// pixel kernels over blocks of 8 input channels against that panel, which stays in L2.
+// engine would read NCDHW dy with strided channels (or transpose all of it first); this one transposes dy
+// tile by tile: the tile's pixels of every output channel (rows a plane apart) into a pixel-major panel that
+// stays in L2 (bf16: channel pairs on the way), then the GEMM engine's tile kernels reduce blocks of up to 64
+// input channels against it, and each [pixel][channel] result is transposed into y's planes.
 #pragma once
 
 #include <memory>

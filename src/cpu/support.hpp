@@ -139,4 +139,10 @@ inline std::optional<StoreType> transposed_store_type(DType t) {
 void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int64_t src_stride, void* y,
                std::int64_t at, std::int64_t y_stride, std::int64_t n);
 
+// Writes tile [m][tile_rs] fp32 (the first `valid` values of each row: channels of one pixel) to y with
+// channels c_stride apart and pixels contiguous: y[at + c * c_stride + i] = tile[i * tile_rs + c], rounded
+// to y's dtype with the problem's overflow mode. valid <= kMaxNv * 16.
+void store_channel_first(const Problem& p, const KernelSet& ks, const float* tile, std::int64_t tile_rs,
+                         std::int64_t m, std::int64_t valid, void* y, std::int64_t at, std::int64_t c_stride);
+
 }  // namespace conv3d_dx::cpu
