@@ -383,6 +383,60 @@ TEST(PlanMemory, EnginesAboveTheLimitDeclineAndTheLeanestIsNamed) {
   EXPECT_THROW(Plan(p, options), Error);
 }
 
+// A plan that does not keep the filter states (and is held to) only what its calls allocate: the GEMM
+// engine's block slots instead of the whole packed filter. Packing the whole filter on such a plan later is
+// held to the same limit: refused, naming max_memory, when it would go past it; the plan still runs.
+TEST(PlanMemory, NotKeepingTheFilterCountsBlockSlotsAndPackingIsHeldToTheLimit) {
+  std::mt19937_64 rng(19);
+  Case c = with_dtype(Case{}, DType::f32);
+  c.Cin = 256;  // four 64-channel blocks of 27 taps x 16 output channels: 432 KiB packed, one slot 108 KiB
+  c.Cout = 16;
+  c.in = {4, 4, 4};
+  Instance inst = instantiate(c, rng, Fill::random);
+  const Problem p = validate(inst.spec);
+  const auto leanest = [&](bool keep) -> std::int64_t {
+    Options options;
+    options.threads = 1;
+    options.keep_filter = keep;
+    options.max_memory_bytes = 1;
+    try {
+      Plan plan(p, options);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      return std::stoll(what.substr(what.find(" needs ") + 7));
+    }
+    ADD_FAILURE() << "planned within 1 byte";
+    return 0;
+  };
+  if (!cpu_supports(Isa::avx2)) GTEST_SKIP() << "CPU lacks avx2: no GEMM engine";
+  Options options;
+  options.threads = 1;
+  options.keep_filter = false;
+  options.max_memory_bytes = leanest(false);
+  Plan plan(p, options);
+  ASSERT_EQ(plan.engine_name().rfind("gemm_", 0), 0u) << "taken by " << plan.engine_name();
+  EXPECT_LT(options.max_memory_bytes, leanest(true) - (256 << 10)) << "the packed filter was counted";
+  plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
+  EXPECT_TRUE(matches_reference(p, inst));
+  try {
+    plan.pack_filter(inst.filter.view.data);
+    ADD_FAILURE() << "packed the whole filter past the limit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::out_of_memory);
+    EXPECT_EQ(e.parameter(), "max_memory");
+    EXPECT_NE(std::string(e.what()).find("packing the whole filter"), std::string::npos) << e.what();
+  }
+  fill_canary(inst.y);
+  plan.execute(inst.dy.view.data, inst.filter.view.data, inst.y.view.data);
+  EXPECT_TRUE(matches_reference(p, inst));
+  options.max_memory_bytes = 0;  // no limit: packs, and execute_packed runs
+  Plan unlimited(p, options);
+  unlimited.pack_filter(inst.filter.view.data);
+  fill_canary(inst.y);
+  unlimited.execute_packed(inst.dy.view.data, inst.y.view.data);
+  EXPECT_TRUE(matches_reference(p, inst));
+}
+
 // The portable engine's planning memory does not grow with y: a 2^31 - 1 pixel axis reached by a stride of
 // 2^30 (dy has 2 pixels) plans within a few kilobytes. Tables per y position would need tens of gigabytes.
 TEST(PlanMemory, PortableEngineNeedsNoTablesPerPosition) {

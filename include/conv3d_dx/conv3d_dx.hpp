@@ -141,6 +141,8 @@ struct Options {
   bool verbose = false;  // log to stderr which engine runs and why others declined
   // Most bytes a Plan may allocate (packed filter, tables, workspace, per-thread scratch; not the caller's
   // tensors); 0: no limit. Engines that would need more decline; when all do, Plan throws out_of_memory.
+  // With keep_filter false only what execute allocates counts; a pack_filter that would then go past the
+  // limit throws out_of_memory (naming max_memory) and leaves the plan as it was.
   std::int64_t max_memory_bytes = 0;
   // Plan::execute leaves the filter packed, for execute_packed. false: it need not, so an engine may read
   // the filter in place and skip writing a packed copy (one-shot calls and plans given a new filter on

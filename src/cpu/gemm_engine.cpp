@@ -33,6 +33,7 @@ class GemmEngine final : public EngineImpl {
         elem_(bf16_ ? 2 : 4),
         kpad_(config.kpad),
         keep_filter_(request.keep_filter),
+        max_memory_(request.max_memory_bytes),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {
     const Problem& p = p_;
@@ -118,8 +119,6 @@ class GemmEngine final : public EngineImpl {
   EngineMemory memory() const {
     const Problem& p = p_;
     const std::int64_t padded_cin = saturating_mul(ceil_div(p.Cin_g, lanes_), lanes_);
-    const std::int64_t packed =
-        saturating_mul(saturating_mul(saturating_mul(p.G, taps_), saturating_mul(kpad_, padded_cin)), elem_);
     // Tap offsets and positions, channel blocks, per-block flags, the three axes' phase tables.
     std::int64_t tables =
         saturating_add(saturating_mul(taps_, 16), saturating_mul(p.G, padded_cin / lanes_ * 33));
@@ -142,10 +141,9 @@ class GemmEngine final : public EngineImpl {
         saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
                                       saturating_mul(saturating_add(tile_floats_, 16), 4)),
                        written_flags());
-    // The packed filter (allocated when kept or packed whole: counted either way, since a plan that does not
-    // keep it may still be asked to pack it), and the block slots when it is not kept.
-    return {saturating_add(saturating_add(packed, tables), keep_filter_ ? 0 : own_blocks_bytes()), workspace,
-            scratch};
+    // The packed filter when it is kept, else the block slots (allocate_packed checks the packed filter
+    // against the limit if a plan that does not keep it is asked to pack it whole).
+    return {saturating_add(keep_filter_ ? packed_bytes() : own_blocks_bytes(), tables), workspace, scratch};
   }
 
   void pack_filter(const void* filter) override {
@@ -262,11 +260,27 @@ class GemmEngine final : public EngineImpl {
     });
   }
 
+  // Bytes of the packed filter (all groups, channels padded to whole vectors).
+  std::int64_t packed_bytes() const {
+    const std::int64_t padded_cin = saturating_mul(ceil_div(p_.Cin_g, lanes_), lanes_);
+    return saturating_mul(saturating_mul(saturating_mul(p_.G, taps_), saturating_mul(kpad_, padded_cin)),
+                          elem_);
+  }
   // The packed filter, zeroed (padding stays zero): allocated while planning when the plan keeps the filter,
-  // else only if it is ever packed whole (pack_filter).
+  // else only if it is ever packed whole (pack_filter), within the memory limit on top of the rest.
   void allocate_packed() {
-    if (!wpack_)
-      wpack_ = alloc_zeroed64(static_cast<std::size_t>(p_.G * group_w_ * elem_), "the packed filter");
+    if (wpack_) return;
+    if (!keep_filter_) {
+      const EngineMemory memory = this->memory();
+      const std::int64_t needed = saturating_add(memory.total(threads_), packed_bytes());
+      if (max_memory_ > 0 && needed > max_memory_)
+        throw OutOfMemory("max_memory",
+                          "out of memory: packing the whole filter (the plan does not keep it) needs " +
+                              std::to_string(packed_bytes()) + " bytes on top of " +
+                              memory.describe(threads_) + " but max_memory is " + std::to_string(max_memory_),
+                          needed);
+    }
+    wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed_bytes()), "the packed filter");
   }
   char* block_of(std::int64_t gb) const {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
@@ -1066,9 +1080,10 @@ class GemmEngine final : public EngineImpl {
   bool bf16_;  // config_.bf16: compute type bf16 pairs, else fp32
   Axis ax_[3];
   int lanes_;
-  std::int64_t elem_;  // bytes per compute-type element
-  std::int64_t kpad_;  // output channels per tap, padded to even for bf16 pairs
-  bool keep_filter_;   // EngineRequest::keep_filter
+  std::int64_t elem_;        // bytes per compute-type element
+  std::int64_t kpad_;        // output channels per tap, padded to even for bf16 pairs
+  bool keep_filter_;         // EngineRequest::keep_filter
+  std::int64_t max_memory_;  // EngineRequest::max_memory_bytes
   std::int64_t taps_ = 0;
   std::vector<std::int64_t> tap_src_;    // filter element offset of each tap (kd, kh, kw order)
   std::vector<std::int64_t> tap_pos_w_;  // packed position of each kw within its (kd, kh)
