@@ -612,10 +612,11 @@ INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPixel, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
 
 // The pointwise engine (1x1x1 kernel, stride 1, no padding, channel-first tensors), in fp32 and over bf16
-// pairs: pixel counts around its tiles (144 pixels for these Cout, 132 for Cout 1900) and its 6- to 14-pixel
-// kernel calls, channel blocks of 16 to 64 (full and partial, one to three per group), dy rows transposed in
-// blocks of 32 (odd and even Cout, partial blocks), groups, y in every output type; exact on small
-// integers; 1, 2 and 3 threads give the same bits.
+// pairs: pixel counts around its tiles (144 pixels for these Cout, 132 for fp32 Cout 1900) and its 6- to
+// 14-pixel kernel calls, channel blocks of 16 to 64 (full and partial, one to three per group), dy rows
+// transposed in blocks of 32 (odd and even Cout, partial blocks) straight from dy or widened first (other
+// dtypes, HF32 and fp16 input rounding), groups, y in every output type; exact on small integers; 1, 2 and 3
+// threads give the same bits; N = 0 plans and runs as an empty success.
 class CpuPointwise : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
@@ -655,12 +656,27 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
         c.dilation = {1 + k % 2, 1, 2};  // no effect with a 1x1x1 kernel
         c.y_dtype = k % 2 == 1 ? DType::f32 : c.dtype;
         c.filter_format = kFilterFormats[k % 3];
+        // aclnn's fp16 compute: fp32 or bf16 inputs rounded to fp16 first (not transposed straight from dy).
+        const bool fp16_rounding =
+            !GetParam() && !c.hf32 && (c.dtype == DType::f32 || c.dtype == DType::bf16) && k % 4 == 2;
         ++k;
         for (Fill fill : {Fill::small_integers, Fill::random}) {
           Instance inst = instantiate(c, rng, fill);
+          if (fp16_rounding) {
+            inst.spec.input_rounding = InputRounding::fp16;
+            // Pixel 0 of every dy plane not exact in fp16 (bf16: 1.0078125 x 2^-20, an fp16 subnormal that
+            // rounds to 2^-20), so a panel taken straight from dy shows in y.
+            const std::int64_t pixels = in[0] * in[1] * in[2];
+            for (std::int64_t plane = 0; plane < c.N * c.Cout; ++plane) {
+              if (c.dtype == DType::bf16)
+                static_cast<std::uint16_t*>(inst.dy.view.data)[plane * pixels] = 0x3581;
+              else
+                static_cast<float*>(inst.dy.view.data)[plane * pixels] = 1.0f + 0x1p-12f;
+            }
+          }
           const Problem p = validate(inst.spec);
           run_pointwise(p, inst, GetParam());
-          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+          ASSERT_TRUE(matches_reference(p, inst)) << c.name() << (fp16_rounding ? " fp16-rounding" : "");
           if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
             ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
           }
@@ -716,6 +732,21 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
     EXPECT_FALSE(engine) << c.name();
     EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
   }
+}
+
+TEST_P(CpuPointwise, EmptyBatchRunsAsAnEmptySuccess) {
+  std::mt19937_64 rng(139);
+  Case c = pointwise(40, 33, {2, 3, 4});
+  c.N = 0;
+  Instance inst = instantiate(c, rng, Fill::random);
+  const Problem p = validate(inst.spec);
+  const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+  std::string why;
+  auto engine = cpu::make_pointwise(named_request(p, 2, isa), isa, why);
+  ASSERT_TRUE(engine) << why;
+  engine->pack_filter(inst.filter.view.data);
+  engine->execute(inst.dy.view.data, inst.y.view.data, nullptr);
+  engine->execute_with_filter(inst.dy.view.data, inst.filter.view.data, inst.y.view.data, nullptr, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPointwise, ::testing::Bool(),

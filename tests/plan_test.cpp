@@ -389,7 +389,7 @@ TEST(PlanMemory, EnginesAboveTheLimitDeclineAndTheLeanestIsNamed) {
 TEST(PlanMemory, NotKeepingTheFilterCountsBlockSlotsAndPackingIsHeldToTheLimit) {
   std::mt19937_64 rng(19);
   Case c = with_dtype(Case{}, DType::f32);
-  c.Cin = 256;  // four 64-channel blocks of 27 taps x 16 output channels: 432 KiB packed, one slot 108 KiB
+  c.Cin = 256;  // 27 taps x 16 output channels: 432 KiB packed; a slot is one block of 16 to 64 channels
   c.Cout = 16;
   c.in = {4, 4, 4};
   Instance inst = instantiate(c, rng, Fill::random);
