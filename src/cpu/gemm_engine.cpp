@@ -326,13 +326,6 @@ class GemmEngine final : public EngineImpl {
     own_blocks_ = std::move(blocks);  // only once all are allocated: a refusal leaves none
   }
 
-  // Tile k of `tiles` that share `count` pixels out evenly: its first pixel and its width.
-  static std::pair<std::int64_t, std::int64_t> even_tile(std::int64_t count, std::int64_t tiles,
-                                                         std::int64_t k) {
-    const std::int64_t j0 = count * k / tiles;
-    return {j0, count * (k + 1) / tiles - j0};
-  }
-
   // Plane mode summing in an fp32 channel-last y: a flag per tile of a task's y rows (see run_task).
   std::int64_t written_flags() const {
     const bool in_y = config_.plane_mode && p_.y_dtype == DType::f32 && p_.y_strides[1] == 1;
@@ -635,10 +628,7 @@ class GemmEngine final : public EngineImpl {
     // reports tiny values on the way). Other types the vector kernels bring to the compute type (fp16,
     // 8-bit, fp32 rounded to HF32; bf16 whose pairs are padded) are converted in blocks of channels (16, or
     // 16 pairs) x 256 pixels into a buffer, the pairs' padding channels as zero rows, and transposed from it.
-    const bool exact = p_.input_rounding == InputRounding::none ||
-                       (p_.input_rounding == InputRounding::hf32 && p_.dy_dtype != DType::f32);
-    const bool in_place = ks_.store_transposed && exact &&
-                          (p_.dy_dtype == DType::f32 || p_.dy_dtype == DType::bf16) && kpad_ == p_.Cout_g;
+    const bool in_place = ks_.store_transposed && dy_reader_.as_stored() && kpad_ == p_.Cout_g;
     const bool src_bf16 = p_.dy_dtype == DType::bf16;
     // Rows moved by bf16 channel pairs (transpose_bf16_pairs), whose tiny values it reports.
     const bool pairs =
@@ -824,7 +814,7 @@ class GemmEngine final : public EngineImpl {
             for (std::int64_t k = 0; k < nblk; ++k) {
               const std::int64_t amx_m = ceil_div(PW.count, nblk);
               const auto [j0, m] = amx ? std::pair{k * amx_m, std::min(amx_m, PW.count - k * amx_m)}
-                                       : even_tile(PW.count, nblk, k);
+                                       : even_part(PW.count, nblk, k);
               // With AMX every tile counts as inside: the halo stands in for pixels outside dy.
               const bool inside = amx || (!PW.taps.empty() && j0 + PW.taps.back().off >= 0 &&
                                           j0 + m - 1 + PW.taps.front().off < W.out);
@@ -875,7 +865,7 @@ class GemmEngine final : public EngineImpl {
             const std::int64_t nblk = ceil_div(PW.count, max_m);
             for (std::int64_t k = 0; k < nblk; ++k, ++row_tile)
               if (!written[row_tile]) {
-                const auto [j0, m] = even_tile(PW.count, nblk, k);
+                const auto [j0, m] = even_part(PW.count, nblk, k);
                 zero_y(m, cbw, q / D.in, c0, q % D.in, ih, PW.first + W.stride * j0, W.stride, y);
               }
           }
@@ -922,7 +912,7 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t nblk = ceil_div(PW.count, max_m);
           for (std::int64_t jh = 0; jh < PH.count; ++jh)
             for (std::int64_t k = 0; k < nblk; ++k) {
-              const auto [j0, m] = even_tile(PW.count, nblk, k);
+              const auto [j0, m] = even_part(PW.count, nblk, k);
               const std::int64_t ntaps =
                   build_taps(PD, PH, PW, jd, jh, 0, dh_taps, j0, m, false, wblock, tap_bytes, steps, taps);
               fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + (jh * flat_width_ + j0) * cbw, cbw,

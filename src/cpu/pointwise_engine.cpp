@@ -41,8 +41,7 @@ class PointwiseEngine final : public EngineImpl {
         elem_(static_cast<std::int64_t>(dtype_size(p_.dy_dtype))),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding),
-        direct_(!pairs && ((p_.dy_dtype == DType::f32 && p_.input_rounding == InputRounding::none) ||
-                           (p_.dy_dtype == DType::bf16 && p_.input_rounding != InputRounding::fp16))) {
+        direct_(!pairs && dy_reader_.as_stored()) {
     const Problem& p = p_;
     // The packed filter; per thread a dy panel, a block of rows and an output tile (see execute).
     const std::int64_t packed = saturating_mul(saturating_mul(p.G * units_, k_), unit_ * 4);
@@ -131,7 +130,7 @@ class PointwiseEngine final : public EngineImpl {
       for (std::int64_t u = 0; u < units_; ++u) {
         TapRef tap{0, static_cast<const char*>(wpack_.get()) + (g * units_ + u) * k_ * unit_ * 4, k_, 0, 0};
         for (std::int64_t j = 0; j < calls; ++j) {  // the tile's pixels in near-equal kernel calls
-          const std::int64_t j0 = m * j / calls, mj = m * (j + 1) / calls - j0;
+          const auto [j0, mj] = even_part(m, calls, j);
           tap.dy_off = j0 * kp_ * unit_elems;
           tap.hi = static_cast<std::int32_t>(mj);
           table[mj](TileArgs{panel, kp_ * unit_elems, unit_elems, &tap, 1, tile + j0 * unit_, unit_, false});

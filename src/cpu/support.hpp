@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/engine.hpp"
 #include "cpu/kernels.hpp"
@@ -35,6 +36,12 @@ inline bool tiny_bf16(std::uint16_t bits) {
   return static_cast<std::uint16_t>((bits & 0x7FFFu) - 1u) < 0x237Fu;
 }
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// Part k of `parts` that share `count` items out evenly: its first item and its size.
+inline std::pair<std::int64_t, std::int64_t> even_part(std::int64_t count, std::int64_t parts,
+                                                       std::int64_t k) {
+  const std::int64_t first = count * k / parts;
+  return {first, count * (k + 1) / parts - first};
+}
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -55,6 +62,9 @@ class Reader {
 
   // Whether widen() can use ks's vector kernels for this dtype and rounding.
   bool widens(const KernelSet& ks) const;
+  // Whether the values are read as stored: fp32 without rounding, or bf16 (which no rounding changes), so
+  // a vector kernel may move (or widen) them without a Reader.
+  bool as_stored() const { return kind_ == Kind::f32 || kind_ == Kind::bf16; }
   // dst[i] = element at + i of `base` as fp32 (the value get() gives), i < n, by vector kernels: only when
   // widens(ks).
   void widen(const KernelSet& ks, const void* base, std::int64_t at, std::int64_t n, float* dst) const;
