@@ -45,23 +45,6 @@ std::string join(const std::vector<std::int64_t>& v) {
   return s + "]";
 }
 
-const char* dtype_name(aclDataType t) {
-  switch (t) {
-    case ACL_FLOAT:
-      return "ACL_FLOAT";
-    case ACL_FLOAT16:
-      return "ACL_FLOAT16";
-    case ACL_BF16:
-      return "ACL_BF16";
-    case ACL_HIFLOAT8:
-      return "ACL_HIFLOAT8";
-    case ACL_FLOAT8_E4M3FN:
-      return "ACL_FLOAT8_E4M3FN";
-    default:
-      return nullptr;
-  }
-}
-
 DType to_dtype(const aclTensor& t, const char* name) {
   if (const std::optional<DType> d = dtype_of(t.dtype)) return *d;
   invalid(std::string(name) + " dtype " + std::to_string(static_cast<int>(t.dtype)) +

@@ -51,6 +51,8 @@ aclOpExecutor* register_executor(std::unique_ptr<aclOpExecutor> executor);
 // libnnopbase: takes a live executor out of the registry (nullptr when p is not one).
 std::unique_ptr<aclOpExecutor> take_executor(aclOpExecutor* p);
 
+// The enumerator's name ("ACL_FLOAT", ...) of every aclDataType; nullptr for a value that is none.
+const char* dtype_name(aclDataType dtype);
 // Bytes per element of the dtypes tensors may have; 0 for an unknown dtype.
 std::size_t element_size(aclDataType dtype);
 // The conv3d_dx dtype of the aclDataTypes the operator computes with (ACL_FLOAT, ACL_FLOAT16, ACL_BF16,

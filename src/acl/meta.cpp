@@ -46,50 +46,6 @@ bool remove(const void* p, Kind kind) {
   return true;
 }
 
-const char* dtype_name(aclDataType t) {
-  switch (t) {
-    case ACL_FLOAT:
-      return "ACL_FLOAT";
-    case ACL_FLOAT16:
-      return "ACL_FLOAT16";
-    case ACL_INT8:
-      return "ACL_INT8";
-    case ACL_INT32:
-      return "ACL_INT32";
-    case ACL_UINT8:
-      return "ACL_UINT8";
-    case ACL_INT16:
-      return "ACL_INT16";
-    case ACL_UINT16:
-      return "ACL_UINT16";
-    case ACL_UINT32:
-      return "ACL_UINT32";
-    case ACL_INT64:
-      return "ACL_INT64";
-    case ACL_UINT64:
-      return "ACL_UINT64";
-    case ACL_DOUBLE:
-      return "ACL_DOUBLE";
-    case ACL_BOOL:
-      return "ACL_BOOL";
-    case ACL_COMPLEX64:
-      return "ACL_COMPLEX64";
-    case ACL_COMPLEX128:
-      return "ACL_COMPLEX128";
-    case ACL_BF16:
-      return "ACL_BF16";
-    case ACL_HIFLOAT8:
-      return "ACL_HIFLOAT8";
-    case ACL_FLOAT8_E5M2:
-      return "ACL_FLOAT8_E5M2";
-    case ACL_FLOAT8_E4M3FN:
-      return "ACL_FLOAT8_E4M3FN";
-    case ACL_DT_UNDEFINED:
-      break;
-  }
-  return nullptr;
-}
-
 bool known_format(aclFormat f) {
   switch (f) {
     case ACL_FORMAT_NCHW:
@@ -227,6 +183,50 @@ aclTensor* create_tensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataT
 }
 
 }  // namespace
+
+const char* dtype_name(aclDataType t) {
+  switch (t) {
+    case ACL_FLOAT:
+      return "ACL_FLOAT";
+    case ACL_FLOAT16:
+      return "ACL_FLOAT16";
+    case ACL_INT8:
+      return "ACL_INT8";
+    case ACL_INT32:
+      return "ACL_INT32";
+    case ACL_UINT8:
+      return "ACL_UINT8";
+    case ACL_INT16:
+      return "ACL_INT16";
+    case ACL_UINT16:
+      return "ACL_UINT16";
+    case ACL_UINT32:
+      return "ACL_UINT32";
+    case ACL_INT64:
+      return "ACL_INT64";
+    case ACL_UINT64:
+      return "ACL_UINT64";
+    case ACL_DOUBLE:
+      return "ACL_DOUBLE";
+    case ACL_BOOL:
+      return "ACL_BOOL";
+    case ACL_COMPLEX64:
+      return "ACL_COMPLEX64";
+    case ACL_COMPLEX128:
+      return "ACL_COMPLEX128";
+    case ACL_BF16:
+      return "ACL_BF16";
+    case ACL_HIFLOAT8:
+      return "ACL_HIFLOAT8";
+    case ACL_FLOAT8_E5M2:
+      return "ACL_FLOAT8_E5M2";
+    case ACL_FLOAT8_E4M3FN:
+      return "ACL_FLOAT8_E4M3FN";
+    case ACL_DT_UNDEFINED:
+      break;
+  }
+  return nullptr;
+}
 
 std::optional<DType> dtype_of(aclDataType dtype) {
   switch (dtype) {
