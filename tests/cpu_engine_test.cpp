@@ -66,10 +66,9 @@ void run_pixel(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
   run_engine(std::move(engine), why, inst);
 }
 
-// The pointwise engine over bf16 pairs (pairs) or in fp32.
-void run_pointwise(const Problem& p, Instance& inst, bool pairs, int threads = 2) {
+// The pointwise engine on that ISA (avx512_bf16: over bf16 pairs).
+void run_pointwise(const Problem& p, Instance& inst, Isa isa, int threads = 2) {
   std::string why;
-  const Isa isa = pairs ? Isa::avx512_bf16 : Isa::avx512;
   auto engine = cpu::make_pointwise(named_request(p, threads, isa), isa, why);
   run_engine(std::move(engine), why, inst);
 }
@@ -442,15 +441,16 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     Plan plan(p, o);
     EXPECT_EQ(plan.engine_name(), name);
     if (isa == Isa::avx2) {
-      ASSERT_GE(plan.declined().size(), 8u);
+      ASSERT_GE(plan.declined().size(), 9u);
       EXPECT_EQ(plan.declined()[0].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[0];
       EXPECT_EQ(plan.declined()[1], "stream_avx512: needs avx512, requested avx2");
       EXPECT_EQ(plan.declined()[2], "pixel_avx512_bf16: needs avx512_bf16, requested avx2");
       EXPECT_EQ(plan.declined()[3], "pixel_avx512: needs avx512, requested avx2");
       EXPECT_EQ(plan.declined()[4], "pointwise_avx512_bf16: needs avx512_bf16, requested avx2");
       EXPECT_EQ(plan.declined()[5], "pointwise_avx512: needs avx512, requested avx2");
-      EXPECT_EQ(plan.declined()[6], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
-      EXPECT_EQ(plan.declined()[7], "gemm_avx512: needs avx512, requested avx2");
+      EXPECT_EQ(plan.declined()[6], "pointwise_avx2: not pointwise (kernel 1x1x1, stride 1, no padding)");
+      EXPECT_EQ(plan.declined()[7], "gemm_avx512_bf16: needs avx512_bf16, requested avx2");
+      EXPECT_EQ(plan.declined()[8], "gemm_avx512: needs avx512, requested avx2");
     }
   }
   // fp32 inputs: the bf16 engine declines and says why.
@@ -462,7 +462,7 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     o.isa = Isa::avx512_bf16;
     Plan plan(validate(f32.spec), o);
     EXPECT_EQ(plan.engine_name(), "gemm_avx512");
-    ASSERT_GE(plan.declined().size(), 7u);
+    ASSERT_GE(plan.declined().size(), 8u);
     EXPECT_EQ(plan.declined()[0].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[0];
     EXPECT_EQ(plan.declined()[1],
               "stream_avx512: the filter has 2160 elements, fewer than 2^20: packing it costs little");
@@ -472,8 +472,9 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     EXPECT_NE(plan.declined()[4].find("pointwise_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[4];
     EXPECT_EQ(plan.declined()[5], "pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)");
-    EXPECT_NE(plan.declined()[6].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
-        << plan.declined()[6];
+    EXPECT_EQ(plan.declined()[6], "pointwise_avx2: not pointwise (kernel 1x1x1, stride 1, no padding)");
+    EXPECT_NE(plan.declined()[7].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[7];
   }
   // Few input channels per group: the pixel engine, over bf16 pairs where the inputs allow.
   if (cpu_supports(Isa::avx512)) {
@@ -611,20 +612,20 @@ TEST_P(CpuPixel, BitwiseIdenticalAcrossThreadCounts) {
 INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPixel, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
 
-// The pointwise engine (1x1x1 kernel, stride 1, no padding, channel-first tensors), in fp32 and over bf16
-// pairs: pixel counts around its tiles (144 pixels for these Cout, 132 for fp32 Cout 1900) and its 6- to
-// 14-pixel kernel calls, channel blocks of 16 to 64 (full and partial, one to three per group), dy rows
-// transposed in blocks of 32 (odd and even Cout, partial blocks) straight from dy or widened first (other
-// dtypes, HF32 and fp16 input rounding), groups, y in every output type; exact on small integers; 1, 2 and 3
-// threads give the same bits; N = 0 plans and runs as an empty success.
-class CpuPointwise : public ::testing::TestWithParam<bool> {
+// The pointwise engine (1x1x1 kernel, stride 1, no padding, channel-first tensors), in fp32 on AVX2 and
+// AVX-512 and over bf16 pairs: pixel counts around its tiles (144 pixels for these Cout, 132 for fp32 Cout
+// 1900) and its 6- to 14-pixel kernel calls, channel blocks of 16 to 64 (full and partial, one to three per
+// group), dy rows transposed in blocks of 32 (odd and even Cout, partial blocks) straight from dy or widened
+// first (other dtypes, HF32 and fp16 input rounding), groups, y in every output type; exact on small
+// integers; 1, 2 and 3 threads give the same bits; N = 0 plans and runs as an empty success.
+class CpuPointwise : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
-    if (!cpu_supports(isa)) GTEST_SKIP() << "CPU lacks " << to_string(isa);
+    if (!cpu_supports(GetParam())) GTEST_SKIP() << "CPU lacks " << to_string(GetParam());
   }
+  static bool pairs() { return GetParam() == Isa::avx512_bf16; }
   Case pointwise(std::int64_t cin, std::int64_t cout, std::array<std::int64_t, 3> in) const {
-    Case c = with_dtype(Case{}, GetParam() ? DType::bf16 : DType::f32);
+    Case c = with_dtype(Case{}, pairs() ? DType::bf16 : DType::f32);
     c.data_format = Layout::NCDHW;
     c.kernel = {1, 1, 1};
     c.Cin = cin;
@@ -647,8 +648,8 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
         const auto& in = cout == 1900 ? wide_k_sizes[static_cast<std::size_t>(i)]
                                       : sizes[static_cast<std::size_t>(k % 4 + 4 * i)];
         Case c = pointwise(cin, cout, in);
-        if (!GetParam()) c = with_dtype(c, kAllDtypes[k % 5]);  // widened to fp32 tile by tile
-        c.hf32 = !GetParam() && k % 10 == 5 && c.dtype == DType::f32;
+        if (!pairs()) c = with_dtype(c, kAllDtypes[k % 5]);  // widened to fp32 tile by tile
+        c.hf32 = !pairs() && k % 10 == 5 && c.dtype == DType::f32;
         c.N = 1 + k % 2;
         c.groups = k % 3 == 0 ? 2 : 1;
         c.Cin *= c.groups;
@@ -658,7 +659,7 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
         c.filter_format = kFilterFormats[k % 3];
         // aclnn's fp16 compute: fp32 or bf16 inputs rounded to fp16 first (not transposed straight from dy).
         const bool fp16_rounding =
-            !GetParam() && !c.hf32 && (c.dtype == DType::f32 || c.dtype == DType::bf16) && k % 4 == 2;
+            !pairs() && !c.hf32 && (c.dtype == DType::f32 || c.dtype == DType::bf16) && k % 4 == 2;
         ++k;
         for (Fill fill : {Fill::small_integers, Fill::random}) {
           Instance inst = instantiate(c, rng, fill);
@@ -698,15 +699,14 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
   {
     Instance inst = instantiate(ok, rng, Fill::random);
     Options o;
-    o.isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
-    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(),
-              GetParam() ? "pointwise_avx512_bf16" : "pointwise_avx512");
+    o.isa = GetParam();
+    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(), std::string("pointwise_") + to_string(GetParam()));
   }
   {  // a panel of every output channel per thread: refused when that would be huge
     Problem huge = validate(instantiate(ok, rng, Fill::random).spec);
     huge.Cout_g = std::int64_t{1} << 20;
     std::string why;
-    const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+    const Isa isa = GetParam();
     EXPECT_FALSE(cpu::make_pointwise(named_request(huge, 2, isa), isa, why));
     EXPECT_NE(why.find("panel"), std::string::npos) << why;
   }
@@ -722,12 +722,12 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
                                                     {padded, "pointwise"},
                                                     {last, "contiguous"},
                                                     {views, "planes"}};
-  if (GetParam()) refused.push_back({with_dtype(ok, DType::hif8), "dy is"});  // pairs need bf16 dy
+  if (pairs()) refused.push_back({with_dtype(ok, DType::hif8), "dy is"});  // pairs need bf16 dy
   for (const auto& [c, needle] : refused) {
     Instance inst = instantiate(c, rng, Fill::random);
     const Problem p = validate(inst.spec);
     std::string why;
-    const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+    const Isa isa = GetParam();
     auto engine = cpu::make_pointwise(named_request(p, 2, isa), isa, why);
     EXPECT_FALSE(engine) << c.name();
     EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
@@ -740,7 +740,7 @@ TEST_P(CpuPointwise, EmptyBatchRunsAsAnEmptySuccess) {
   c.N = 0;
   Instance inst = instantiate(c, rng, Fill::random);
   const Problem p = validate(inst.spec);
-  const Isa isa = GetParam() ? Isa::avx512_bf16 : Isa::avx512;
+  const Isa isa = GetParam();
   std::string why;
   auto engine = cpu::make_pointwise(named_request(p, 2, isa), isa, why);
   ASSERT_TRUE(engine) << why;
@@ -749,8 +749,8 @@ TEST_P(CpuPointwise, EmptyBatchRunsAsAnEmptySuccess) {
   engine->execute_with_filter(inst.dy.view.data, inst.filter.view.data, inst.y.view.data, nullptr, false);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fp32AndBf16Pairs, CpuPointwise, ::testing::Bool(),
-                         [](const auto& param_info) { return param_info.param ? "bf16_pairs" : "fp32"; });
+INSTANTIATE_TEST_SUITE_P(Isas, CpuPointwise, ::testing::Values(Isa::avx2, Isa::avx512, Isa::avx512_bf16),
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
 // The filter-streaming engine (small maps, large NCDHW filters), with its filter-size threshold lifted so
 // small filters run it: y pixels of all images around its 16-pixel vectors and 64-pixel chunks (1 to 128),
@@ -1066,7 +1066,7 @@ TEST(CpuBf16, TinyInputsAreExact) {
             if (pixel)
               run_pixel(q, i, true, threads);
             else if (pointwise)
-              run_pointwise(q, i, true, threads);
+              run_pointwise(q, i, Isa::avx512_bf16, threads);
             else
               run_gemm(q, i, on_amx ? Isa::amx_bf16 : Isa::avx512_bf16,
                        {0, 0,
@@ -1339,6 +1339,21 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
             ASSERT_EQ(yb[at], r < nr ? numeric::f32_to_bf16(want, true) : 0xAAAA);
             ASSERT_EQ(yh[at], r < nr ? numeric::f32_to_fp16(want, false) : 0xAAAA) << want;
             ASSERT_EQ(yh_sat[at], r < nr ? numeric::f32_to_fp16(want, true) : 0xAAAA) << want;
+          }
+        // bf16 input (the top halves of the same values), widened exactly on the way.
+        std::vector<std::uint16_t> ab(a.size());
+        for (std::size_t i = 0; i < a.size(); ++i)
+          ab[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(a[i]) >> 16);
+        std::fill(yf.begin(), yf.end(), -1.0f);
+        ks.store_transposed(ab.data(), true, nc + 3, nr, nc, yf.data(), cpu::StoreType::f32, nr + 2, false);
+        for (std::int64_t c = 0; c < nc; ++c)
+          for (std::int64_t r = 0; r < nr + 2; ++r) {
+            const auto at = static_cast<std::size_t>(c * (nr + 2) + r);
+            const std::uint32_t want = r < nr ? std::uint32_t{ab[static_cast<std::size_t>(r * (nc + 3) + c)]}
+                                                    << 16
+                                              : std::bit_cast<std::uint32_t>(-1.0f);
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(yf[at]), want)
+                << "bf16 input, row " << r << " column " << c;
           }
       }
   }

@@ -29,6 +29,7 @@ const std::vector<EngineFactory>& cpu_engines() {
       {"pixel_avx512", &with_isa<cpu::make_pixel, Isa::avx512>},
       {"pointwise_avx512_bf16", &with_isa<cpu::make_pointwise, Isa::avx512_bf16>},
       {"pointwise_avx512", &with_isa<cpu::make_pointwise, Isa::avx512>},
+      {"pointwise_avx2", &with_isa<cpu::make_pointwise, Isa::avx2>},
       {"gemm_avx512_bf16", &cpu::make_gemm_avx512_bf16},
       {"gemm_avx512", &cpu::make_gemm_avx512},
       {"gemm_avx2", &cpu::make_gemm_avx2},

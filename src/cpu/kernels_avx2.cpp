@@ -2,6 +2,7 @@
 // after cpu_supports(Isa::avx2).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -100,6 +101,71 @@ void round_hf32(const float* src, float* dst, std::int64_t n) {
   for (; i < n; ++i) dst[i] = numeric::round_to_hf32(src[i]);
 }
 
+// Lanes [0, n) of 8 set, for the masked loads and stores of row and column tails.
+CONV3D_DX_INLINE __m256i tail8(std::int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+CONV3D_DX_INLINE void transpose8(__m256 (&r)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// The transposing store of KernelSet, in blocks of 8 x 8. 16-bit y goes through to_bf16 or to_fp16, so its
+// rounding (NaNs included) is theirs.
+void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                      void* y, StoreType y_type, std::int64_t y_cs, bool saturate) {
+  for (std::int64_t r0 = 0; r0 < nr; r0 += 8) {
+    const std::int64_t rn = std::min<std::int64_t>(8, nr - r0);
+    for (std::int64_t c0 = 0; c0 < nc; c0 += 8) {
+      const std::int64_t cn = std::min<std::int64_t>(8, nc - c0);
+      __m256 t[8];
+      for (std::int64_t i = 0; i < 8; ++i) {
+        const std::int64_t at = (r0 + i) * a_rs + c0;
+        if (i >= rn) {
+          t[i] = _mm256_setzero_ps();
+        } else if (a_bf16) {
+          alignas(16) std::uint16_t h[8] = {};
+          std::memcpy(h, static_cast<const std::uint16_t*>(a) + at, static_cast<std::size_t>(cn) * 2);
+          const __m256i bits = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+          t[i] = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
+        } else {
+          t[i] = _mm256_maskload_ps(static_cast<const float*>(a) + at, tail8(cn));
+        }
+      }
+      transpose8(t);
+      for (std::int64_t c = 0; c < cn; ++c) {
+        const std::int64_t at = (c0 + c) * y_cs + r0;
+        if (y_type == StoreType::f32) {
+          _mm256_maskstore_ps(static_cast<float*>(y) + at, tail8(rn), t[c]);
+          continue;
+        }
+        alignas(32) float v[8];
+        _mm256_store_ps(v, t[c]);
+        auto* out = static_cast<std::uint16_t*>(y) + at;
+        if (y_type == StoreType::bf16)
+          to_bf16(v, out, rn, saturate);
+        else
+          to_fp16(v, out, rn, saturate);
+      }
+    }
+  }
+}
+
 }  // namespace avx2
 
 const KernelSet& avx2_kernels() {
@@ -116,6 +182,7 @@ const KernelSet& avx2_kernels() {
     s.bf16_to_f32 = &bf16_to_f32;
     s.fp16_to_f32 = &fp16_to_f32;
     s.round_hf32 = &round_hf32;
+    s.store_transposed = &store_transposed;
     return s;
   }();
   return set;

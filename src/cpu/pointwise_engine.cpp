@@ -22,10 +22,18 @@ constexpr std::int64_t kTasksPerThread = 4;  // runs of tiles per thread worth c
 constexpr std::int64_t kMaxPanelSteps = std::int64_t{1} << 18;  // a 48 MiB panel per thread at most
 constexpr std::int64_t kRows = 32;  // dy rows per transposed block (16 channel pairs); also the prefetch lead
 
+// The most vectors of input channels the ISA's tile kernels take.
+int widest_nv(const KernelSet& ks) {
+  int nv = kMaxNv;
+  while (nv > 1 && ks.max_m[nv] == 0) --nv;
+  return nv;
+}
+
 class PointwiseEngine final : public EngineImpl {
  public:
-  PointwiseEngine(const EngineRequest& request, const KernelSet& ks, bool pairs)
-      : p_(request.problem),
+  PointwiseEngine(const EngineRequest& request, Isa isa, const KernelSet& ks, bool pairs)
+      : name_(std::string("pointwise_") + to_string(isa)),
+        p_(request.problem),
         threads_(request.threads),
         ks_(ks),
         pairs_(pairs),
@@ -34,7 +42,7 @@ class PointwiseEngine final : public EngineImpl {
         // not share L1 sets.
         kp_((ceil_div(k_, 16) | 1) * 16),
         width_(std::clamp(kPanelBytes / (kp_ * 4) / 6 * 6, kMinWidth, kMaxWidth)),
-        nv_(static_cast<int>(std::min<std::int64_t>(kMaxNv, ceil_div(p_.Cin_g, ks.lanes)))),
+        nv_(static_cast<int>(std::min<std::int64_t>(widest_nv(ks), ceil_div(p_.Cin_g, ks.lanes)))),
         unit_(nv_ * ks.lanes),
         units_(ceil_div(p_.Cin_g, unit_)),
         pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
@@ -59,7 +67,7 @@ class PointwiseEngine final : public EngineImpl {
     runs_ = ceil_div(tiles, run_tiles_);
   }
 
-  std::string name() const override { return pairs_ ? "pointwise_avx512_bf16" : "pointwise_avx512"; }
+  std::string name() const override { return name_; }
 
   // Per unit of unit_ input channels (group g, block b; the last block's padding stays zero):
   // [g][b][co][unit_] fp32, or [g][b][co / 2][unit_][2] bf16.
@@ -194,6 +202,7 @@ class PointwiseEngine final : public EngineImpl {
     return tiny;
   }
 
+  std::string name_;
   Problem p_;
   int threads_;
   const KernelSet& ks_;
@@ -237,7 +246,8 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   else if (pairs && p.dy_dtype != DType::bf16)
     why_not = std::string("dy is ") + to_string(p.dy_dtype) + ", not bf16";
   if (!why_not.empty()) return nullptr;
-  return std::make_unique<PointwiseEngine>(request, avx512_kernels(), pairs);
+  return std::make_unique<PointwiseEngine>(request, isa, isa == Isa::avx2 ? avx2_kernels() : avx512_kernels(),
+                                           pairs);
 }
 
 }  // namespace conv3d_dx::cpu
