@@ -121,11 +121,23 @@ def operand(name: str, value: Any, dtype: Optional[str]) -> Operand:
 
 
 def output_operand(name: str, value: Any, dtype: str) -> Operand:
-    """`out` as an Operand; it must be writable."""
+    """`out` as an Operand; it must be writable, and a torch tensor must not require grad (the write is
+    outside autograd, as PyTorch's own out= arguments are)."""
     out = operand(name, value, dtype)
     if out.kind == "numpy" and not out.array.flags.writeable:
         raise value_error(name, f"{name} is read-only; the result needs a writable array")
+    if is_torch_tensor(value) and value.requires_grad:
+        raise value_error(name, f"{name} requires grad; conv3d-dx writes it outside autograd, so pass a tensor "
+                                f"that does not (for gradients use conv3d_dx.torch.conv3d_input)")
     return out
+
+
+def mark_written(out: Any) -> None:
+    """Tells autograd that a torch tensor was written in place (its version counter, as in-place ops do), so
+    a backward that saved it before refuses to use the changed values."""
+    torch = _torch()
+    if torch is not None and isinstance(out, torch.Tensor):
+        torch.autograd.graph.increment_version(out)
 
 
 def allocate(like: Operand, y_dtype: str, shape: Sequence[int], data_format: str,
@@ -157,8 +169,11 @@ def as_core_array(value: Any) -> Any:
     return value
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def ints(name: str, value: Any, count: Optional[int] = None) -> list:
-    """A sequence of integers as a list, with `count` values when given."""
+    """A sequence of 64-bit integers as a list, with `count` values when given."""
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a sequence of integers, not {type(value).__name__}")
     try:
@@ -167,14 +182,21 @@ def ints(name: str, value: Any, count: Optional[int] = None) -> list:
         raise TypeError(f"{name} must be a sequence of integers, got {value!r}") from None
     if count is not None and len(result) != count:
         raise value_error(name, f"{name} has {len(result)} values {result} but must have {count}")
+    for v in result:
+        if not _INT64[0] <= v <= _INT64[1]:
+            raise value_error(name, f"{name} holds {v}, outside the 64-bit integers")
     return result
 
 
-def integer(name: str, value: Any) -> int:
+def integer(name: str, value: Any, low: int = _INT64[0], high: int = _INT64[1]) -> int:
+    """An integer in [low, high] (by default the 64-bit integers)."""
     try:
-        return operator.index(value)
+        v = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
+    if not low <= v <= high:
+        raise value_error(name, f"{name} is {v} but must be in [{low}, {high}]")
+    return v
 
 
 def text(name: str, value: Any) -> str:

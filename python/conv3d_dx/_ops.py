@@ -41,7 +41,7 @@ def _prepare(input_size: Sequence[int], filter: Any, out_backprop: Any, strides:
 
 
 def _threads(threads: Optional[int]) -> int:
-    return 0 if threads is None else _arrays.integer("threads", threads)
+    return 0 if threads is None else _arrays.integer("threads", threads, -(1 << 31), (1 << 31) - 1)
 
 
 def conv3d_backprop_input_v2(input_size: Sequence[int], filter: Any, out_backprop: Any,
@@ -80,7 +80,10 @@ def conv3d_backprop_input_v2(input_size: Sequence[int], filter: Any, out_backpro
 
     _core.backprop_input(attrs, w.array, w.dtype, dy.array, dy.dtype, None if y is None else y.array,
                          "out" if y is not None else "output_dtype", allocate, _threads(threads))
-    return out if out is not None else allocated[0]
+    if out is None:
+        return allocated[0]
+    _arrays.mark_written(out)
+    return out
 
 
 def set_plan_cache_size(size: int) -> int:
@@ -171,6 +174,7 @@ class Plan:
         w = self._input("filter", filter, self._filter_dtype)
         result, y = self._output(out)
         self._plan.execute(dy.array, w.array, y)
+        _arrays.mark_written(result)
         return result
 
     def execute_packed(self, out_backprop: Any, out: Any = None) -> Any:
@@ -178,4 +182,5 @@ class Plan:
         dy = self._input("out_backprop", out_backprop, self._dy.dtype)
         result, y = self._output(out)
         self._plan.execute_packed(dy.array, y)
+        _arrays.mark_written(result)
         return result

@@ -30,7 +30,12 @@ def _float32(name: str, values: Any) -> np.ndarray:
     if values.dtype != np.float32:
         raise TypeError(f"{name} has dtype {values.dtype} but must be float32 (round wider values to float32 "
                         "first, explicitly)")
-    return np.ascontiguousarray(values)
+    return _c_contiguous(values)
+
+
+def _c_contiguous(a: np.ndarray) -> np.ndarray:
+    """`a`, copied when not C-contiguous (np.ascontiguousarray would make a 0-d array 1-d)."""
+    return a if a.flags.c_contiguous else np.array(a, order="C")
 
 
 def encode(values: Any, dtype: str, saturate: bool = False) -> np.ndarray:
@@ -55,7 +60,7 @@ def decode(codes: Any, dtype: str) -> np.ndarray:
             raise TypeError(f"codes has dtype {codes.dtype} but {name} codes are "
                             f"{np.dtype(_CODE_TYPES[name]).name} (or {name} arrays)")
         plain = codes.view(_CODE_TYPES[name])
-    plain = np.ascontiguousarray(plain)
+    plain = _c_contiguous(plain)
     values = np.empty(plain.shape, dtype=np.float32)
     _core.decode(plain.reshape(-1), values.reshape(-1), name)
     return values

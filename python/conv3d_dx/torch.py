@@ -142,20 +142,31 @@ class _Conv3dFunction(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
         x, weight, bias, stride, pads, dilation, groups = inputs
         ctx.save_for_backward(x, weight)
-        ctx.conv = (stride, pads, dilation, groups, bias is not None)
+        ctx.conv = (stride, pads, dilation, groups, None if bias is None else bias.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple:
         x, weight = ctx.saved_tensors
-        stride, pads, dilation, groups, has_bias = ctx.conv
+        stride, pads, dilation, groups, bias_dtype = ctx.conv
+        # Under autocast the forward convolved x and weight cast to its dtype, which grad has: the gradients
+        # are taken the same way and returned in each input's own dtype. An unbatched input ([C, D, H, W], as
+        # nn.Conv3d takes) gets a batch axis for them.
+        unbatched = x.dim() == 4
+        xc, wc = x.to(grad.dtype), weight.to(grad.dtype)
+        if unbatched:
+            xc, grad = xc.unsqueeze(0), grad.unsqueeze(0)
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_x = _conv3d_input(list(x.shape), weight, grad, stride, pads, dilation, groups)
+            grad_x = _conv3d_input(list(xc.shape), wc, grad, stride, pads, dilation, groups).to(x.dtype)
+            if unbatched:
+                grad_x = grad_x.squeeze(0)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            padded, padding = _padded(x, pads)
+            padded, padding = _padded(xc, pads)
             _, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
-                grad, padded, weight, [weight.shape[0]] if has_bias else None, stride, padding, dilation,
+                grad, padded, wc, None if bias_dtype is None else [weight.shape[0]], stride, padding, dilation,
                 False, [0, 0, 0], groups, [False, ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
+            grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
+            grad_bias = None if grad_bias is None else grad_bias.to(bias_dtype)
         return grad_x, grad_weight, grad_bias, None, None, None, None
 
 

@@ -314,11 +314,14 @@ class BoundPlan {
   std::string isa() const { return to_string(plan_.isa()); }
 
  private:
-  // A view of `a`, which must match the plan's view exactly: the plan was made for those strides.
+  // A view of `a`, which must address its elements as the plan's view does: the plan was made for those
+  // strides. Strides of axes of extent 1 never move an address, and an empty tensor has none, so those may
+  // differ (numpy gives empty arrays zero strides; a 2-D call's inserted D axis has stride 0); the plan's
+  // view is returned with a's data.
   template <typename Array>
   TensorView same_as(const std::string& name, const TensorView& planned, const Array& a,
                      bool insert_d) const {
-    const TensorView v = view_of(name, a, planned.dtype, planned.layout, insert_d);
+    TensorView v = view_of(name, a, planned.dtype, planned.layout, insert_d);
     auto text = [](const std::array<std::int64_t, 5>& x) {
       std::string s = "[";
       for (std::size_t i = 0; i < 5; ++i) s += (i ? "," : "") + std::to_string(x[i]);
@@ -327,10 +330,13 @@ class BoundPlan {
     if (v.shape != planned.shape)
       throw Error(ErrorCode::invalid_argument, name,
                   name + " shape is " + text(v.shape) + " but the plan was made for " + text(planned.shape));
-    if (v.strides != planned.strides)
-      throw Error(ErrorCode::invalid_argument, name,
-                  name + " strides are " + text(v.strides) + " but the plan was made for " +
-                      text(planned.strides) + " (elements)");
+    const bool empty = std::find(v.shape.begin(), v.shape.end(), 0) != v.shape.end();
+    for (std::size_t i = 0; i < 5 && !empty; ++i)
+      if (v.shape[i] > 1 && v.strides[i] != planned.strides[i])
+        throw Error(ErrorCode::invalid_argument, name,
+                    name + " strides are " + text(v.strides) + " but the plan was made for " +
+                        text(planned.strides) + " (elements)");
+    v.strides = planned.strides;
     return v;
   }
 

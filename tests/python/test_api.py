@@ -262,6 +262,38 @@ def test_plan(rng):
         conv3d_dx.Plan(INPUT_SIZE, w, dy_ndhwc, [1, 1, 2, 2, 1], CASE.pads, DILATIONS, groups=2)
 
 
+def test_plan_ignores_strides_that_address_nothing(rng):
+    """A Plan compares the strides it addresses with: not those of extent-1 axes (a 2-D call's inserted D,
+    a view with another stride there) nor any of an empty array (numpy gives those zero strides)."""
+    dy = rng.standard_normal([1, 4, 5, 3]).astype(np.float32)  # N, H, W, C
+    w = rng.standard_normal([3, 2, 1, 2, 2]).astype(np.float32)
+    two_d = conv3d_dx.Plan([1, 5, 6, 2], w, dy[:, None], [1] * 5, [0] * 6)
+    expected = conv3d_dx.conv3d_backprop_input_v2([1, 5, 6, 2], w, dy[:, None], [1] * 5, [0] * 6)
+    assert expected.shape == (1, 5, 6, 2)
+    np.testing.assert_array_equal(two_d.execute_packed(dy[:, None]), expected)
+    out = np.full(expected.shape, CANARY, np.float32)
+    assert two_d.execute(dy[:, None], w, out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    # Planned with D stride 0 (a view), called with a reshaped copy (D stride 60): the same addresses.
+    three_d = conv3d_dx.Plan([1, 1, 5, 6, 2], w, dy[:, None], [1] * 5, [0] * 6)
+    np.testing.assert_array_equal(three_d.execute_packed(dy.reshape(1, 1, 4, 5, 3))[:, 0], expected)
+    with pytest.raises(ValueError, match=r"out_backprop strides are .* but the plan was made for"):
+        three_d.execute_packed(np.ascontiguousarray(dy.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)[:, None])
+    empty = np.ones([0, 5, 4, 5, 3], np.float32)
+    plan = conv3d_dx.Plan([0, 5, 5, 6, 2], w, empty, [1] * 5, [0] * 6)
+    assert plan.execute_packed(empty).shape == (0, 5, 5, 6, 2)
+    assert plan.execute(empty, w, out=np.empty([0, 5, 5, 6, 2], np.float32)).shape == (0, 5, 5, 6, 2)
+
+
+def test_integers_beyond_64_bits_name_the_parameter(rng):
+    _, w, dy, _ = arrays(rng)
+    expect_error(ValueError, "threads", r"threads is 2147483648 but must be in \[-2147483648, 2147483647\]", w,
+                 dy, threads=2**31)
+    expect_error(ValueError, "groups", "groups is 9223372036854775808 but must be in", w, dy, groups=2**63)
+    expect_error(ValueError, "strides", "strides holds 18446744073709551616, outside the 64-bit integers", w, dy,
+                 strides=[1, 1, 2**64, 1, 1])
+
+
 def test_plan_without_keeping_the_filter(rng):
     """keep_filter=False: execute() gives the same result but leaves nothing for execute_packed(), which asks
     for pack_filter() first."""

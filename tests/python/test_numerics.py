@@ -134,3 +134,12 @@ def test_shapes_and_bad_arguments():
         conv3d_dx.decode(np.zeros(3, np.uint8), "bf16")
     with pytest.raises(TypeError, match="codes has dtype float16"):
         conv3d_dx.decode(np.zeros(3, np.float16), "bf16")
+
+
+def test_zero_dimensional_arrays_keep_their_shape():
+    value = np.float32(1.5)
+    assert conv3d_dx.encode(value, "bf16").shape == ()
+    assert conv3d_dx.encode(value, "bf16") == 0x3FC0
+    assert conv3d_dx.decode(np.uint16(0x3FC0), "bf16").shape == ()
+    assert conv3d_dx.decode(np.uint16(0x3FC0), "bf16") == np.float32(1.5)
+    assert conv3d_dx.round_hf32(value).shape == ()

@@ -182,6 +182,55 @@ def test_unet_block_swap(channels_last):
         torch.testing.assert_close(grads[name], grads_ref[name], rtol=1e-4, atol=1e-5)
 
 
+def test_out_outside_autograd():
+    """out= is written outside autograd, as PyTorch's own out= arguments are: a tensor that requires grad is
+    refused; any other has its version counter moved, so a backward that saved it refuses the new values."""
+    x_shape, weight, grad = problem()
+    args = ([2, 7, 8, 6, 4], weight, grad.permute(0, 2, 3, 4, 1), [1, 1, 2, 1, 1], [1, 1, 0, 0, 2, 2],
+            [1, 2, 1, 1, 1], 2)
+    leaf = torch.zeros([2, 7, 8, 6, 4], requires_grad=True)
+    with pytest.raises(ValueError, match="out requires grad") as info:
+        conv3d_dx.conv3d_backprop_input_v2(*args, out=leaf)
+    assert info.value.parameter == "out"
+    assert not leaf.detach().any()
+    a = torch.randn([2, 7, 8, 6, 4], requires_grad=True)
+    saved = a.exp()  # exp saves its result for backward
+    with pytest.raises(ValueError, match="out requires grad"):
+        conv3d_dx.conv3d_backprop_input_v2(*args, out=saved)
+    plain = saved.detach()  # shares the memory and the version counter
+    conv3d_dx.conv3d_backprop_input_v2(*args, out=plain)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
+    plan = conv3d_dx.Plan(*args)
+    for run in (lambda o: plan.execute(args[2], weight, out=o), lambda o: plan.execute_packed(args[2], out=o)):
+        t = torch.zeros([2, 7, 8, 6, 4])
+        version = t._version
+        run(t)
+        assert t._version > version
+
+
+def test_conv3d_unbatched_and_autocast():
+    """Conv3d takes what nn.Conv3d takes: an unbatched [C, D, H, W] input, and CPU autocast (the gradients
+    taken in the autocast dtype, as the forward was, each returned in its input's dtype)."""
+    torch.manual_seed(3)
+    reference = nn.Conv3d(2, 3, 3, padding=1)
+    swapped = replace_conv3d(copy.deepcopy(reference))
+
+    def grads(layer, x, autocast):
+        x = x.clone().requires_grad_()
+        layer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y = layer(x)
+        y.float().square().sum().backward()
+        return [x.grad, layer.weight.grad, layer.bias.grad]
+
+    for x, autocast, tol in ((torch.randn(2, 4, 5, 6), False, 1e-5), (torch.randn(1, 2, 4, 5, 6), True, 2e-2)):
+        got, want = grads(swapped, x, autocast), grads(reference, x, autocast)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype == torch.float32 and g.shape == w.shape
+            torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+
+
 def test_conv3d_refuses_what_it_cannot_differentiate():
     layer = Conv3d(2, 2, 3).double()
     with pytest.raises(TypeError, match="input is torch.float64"):
