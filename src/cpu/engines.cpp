@@ -27,6 +27,7 @@ const std::vector<EngineFactory>& cpu_engines() {
       {"stream_avx512", &cpu::make_stream},
       {"pixel_avx512_bf16", &with_isa<cpu::make_pixel, Isa::avx512_bf16>},
       {"pixel_avx512", &with_isa<cpu::make_pixel, Isa::avx512>},
+      {"pixel_avx2", &with_isa<cpu::make_pixel, Isa::avx2>},
       {"pointwise_avx512_bf16", &with_isa<cpu::make_pointwise, Isa::avx512_bf16>},
       {"pointwise_avx512", &with_isa<cpu::make_pointwise, Isa::avx512>},
       {"pointwise_avx2", &with_isa<cpu::make_pointwise, Isa::avx2>},

@@ -61,10 +61,15 @@ using PixFn = void (*)(const PixArgs&);
 
 inline constexpr int kMaxPixCi = 8;  // input channels per pixel tile
 inline constexpr int kMaxPixP = 4;   // vectors per row
-inline constexpr int kPixAcc = 24;   // accumulator budget: R = max(1, (kPixAcc - CI) / (CI * P)) rows
-
-constexpr int pix_rows(int ci, int p) {
-  return (kPixAcc - ci) / (ci * p) > 1 ? (kPixAcc - ci) / (ci * p) : 1;
+// Registers for a pixel tile's accumulators and filter values (KernelSet::pix_budget): the tile has
+// R = max(1, (budget - CI) / (CI * P)) rows.
+constexpr int pix_rows(int ci, int p, int budget) {
+  return (budget - ci) / (ci * p) > 1 ? (budget - ci) / (ci * p) : 1;
+}
+// The most vectors per row a kernel set offers for CI channels: CI * P accumulators within the budget.
+constexpr int pix_max_p(int ci, int budget) {
+  const int p = (budget - ci) / ci;
+  return p < 1 ? 1 : p > kMaxPixP ? kMaxPixP : p;
 }
 
 // Filter-streaming tiles for small feature maps (stream_engine.cpp): R input channels x V vectors of 16
@@ -103,8 +108,9 @@ struct KernelSet {
   // The same operands (bf16 pairs of dy and filter) widened to fp32 and summed by FMAs: exact where
   // vdpbf16ps flushes denormal inputs, products or sums (see tiny_bf16 in support.hpp).
   TileFn bf16_exact[kMaxNv + 1][kMaxM + 1] = {};
-  PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};       // [CI][P], R = pix_rows(CI, P); null where not offered
-  PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};  // the same over bf16 channel pairs (vdpbf16ps)
+  int pix_budget = 0;                                      // registers of a pixel tile (pix_rows)
+  PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};             // [CI][P], R = pix_rows(CI, P, pix_budget)
+  PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};        // the same over bf16 channel pairs (vdpbf16ps)
   PixFn pix_bf16_exact[kMaxPixCi + 1][kMaxPixP + 1] = {};  // bf16 pairs widened to fp32, FMAs
   StreamFn stream[kMaxStreamV + 1][kStreamAcc + 1] = {};   // [V][R]; null where not offered
   StreamFn stream_masked[kMaxStreamV + 1] = {};            // [V], one row

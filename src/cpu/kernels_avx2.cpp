@@ -107,6 +107,74 @@ CONV3D_DX_INLINE __m256i tail8(std::int64_t n) {
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+constexpr int kPixBudget = 14;  // of the 16 vector registers: one more for dy, one for a product
+
+// The pixel tile (PixArgs): CI channels x R rows x P vectors of 8 pixels, fp32. AVX2 has no mask registers:
+// a tap that covers every pixel of the tile runs plain loads and FMAs; one that covers part of it loads its
+// pixels with vmaskmovps (lanes outside read nothing) and keeps each sum where the lane is outside (a blend
+// after the FMA), so padding never enters a sum, not even as 0 x inf.
+template <int CI, int P>
+struct PixTile {
+  static constexpr int R = pix_rows(CI, P, kPixBudget);
+
+  template <bool Partial>
+  static CONV3D_DX_INLINE void run(__m256 (&acc)[CI][R][P], const PixArgs& a, const PixTap& tap,
+                                   const __m256i (&m)[P]) {
+    // Addresses are formed as integers: a tap's first pixel may lie before dy where it is masked off.
+    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(a.dy) + static_cast<std::uintptr_t>(tap.dy_off * 4);
+    const char* w = static_cast<const char*>(tap.w);
+    const std::uint32_t rows = tap.rows;
+    for (std::int64_t s = 0; s < a.k; ++s, d += static_cast<std::uintptr_t>(a.co_stride * 4), w += CI * 4) {
+      __m256 wv[CI];
+      static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
+        wv[c] = _mm256_broadcast_ss(reinterpret_cast<const float*>(w) + c);
+      });
+      static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+        if (!((rows >> r) & 1u)) return;
+        static_for<0, P>([&](auto v) __attribute__((always_inline)) {
+          const auto* src =
+              reinterpret_cast<const float*>(d + static_cast<std::uintptr_t>((r * a.row_stride + 8 * v) * 4));
+          const __m256 x = Partial ? _mm256_maskload_ps(src, m[v]) : _mm256_loadu_ps(src);
+          static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
+            const __m256 sum = _mm256_fmadd_ps(x, wv[c], acc[c][r][v]);
+            acc[c][r][v] = Partial ? _mm256_blendv_ps(acc[c][r][v], sum, _mm256_castsi256_ps(m[v])) : sum;
+          });
+        });
+      });
+    }
+  }
+
+  static void kernel(const PixArgs& a) {
+    __m256 acc[CI][R][P];
+    static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
+      static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+        static_for<0, P>([&](auto v) __attribute__((always_inline)) { acc[c][r][v] = _mm256_setzero_ps(); });
+      });
+    });
+    for (std::int64_t t = 0; t < a.ntaps; ++t) {
+      const PixTap& tap = a.taps[t];
+      __m256i m[P];  // lanes lo <= pixel < hi
+      static_for<0, P>([&](auto v) __attribute__((always_inline)) {
+        const __m256i pixel =
+            _mm256_add_epi32(_mm256_set1_epi32(8 * v), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        m[v] = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(tap.lo), pixel),
+                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(tap.hi), pixel));
+      });
+      if (tap.lo == 0 && tap.hi >= 8 * P)
+        run<false>(acc, a, tap, m);
+      else
+        run<true>(acc, a, tap, m);
+    }
+    static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
+      static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+        static_for<0, P>([&](auto v) __attribute__((always_inline)) {
+          _mm256_store_ps(a.tile + ((c * R + r) * P + v) * 8, acc[c][r][v]);
+        });
+      });
+    });
+  }
+};
+
 CONV3D_DX_INLINE void transpose8(__m256 (&r)[8]) {
   __m256 t[8], u[8];
   for (int i = 0; i < 4; ++i) {
@@ -183,6 +251,10 @@ const KernelSet& avx2_kernels() {
     s.fp16_to_f32 = &fp16_to_f32;
     s.round_hf32 = &round_hf32;
     s.store_transposed = &store_transposed;
+    s.pix_budget = kPixBudget;
+    static_for<1, kMaxPixCi + 1>([&](auto ci) {
+      static_for<1, pix_max_p(ci, kPixBudget) + 1>([&](auto p) { s.pix[ci][p] = &PixTile<ci, p>::kernel; });
+    });
     return s;
   }();
   return set;

@@ -71,9 +71,11 @@ CONV3D_DX_INLINE __m512 masked_dpbf16(__m512 acc, __mmask16 k, __m512 x, __m512 
 // channel pairs per pixel through vdpbf16ps; the same pairs widened to fp32 and summed by FMAs (exact).
 enum class PixMode { f32, pair, pair_exact };
 
+constexpr int kPixBudget = 24;  // of the 32 vector registers
+
 template <int CI, int P, PixMode Mode>
 struct PixTile {
-  static constexpr int R = pix_rows(CI, P);
+  static constexpr int R = pix_rows(CI, P, kPixBudget);
 
   static void kernel(const PixArgs& a) {
     __m512 acc[CI][R][P];
@@ -187,9 +189,6 @@ void copy_uncached(const float* src, float* dst, std::int64_t n) {
   for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
   for (; i < n; ++i) dst[i] = src[i];
 }
-
-// The largest P offered for CI keeps CI * P accumulators within the budget.
-constexpr int pix_max_p(int ci) { return std::min(kMaxPixP, (kPixAcc - ci) / ci); }
 
 // 16 fp32 -> 16 bf16, round to nearest even; saturate clamps overflow and inf to the largest finite value.
 // NaN lanes must be handled by the caller (numeric's encoding).
@@ -591,6 +590,7 @@ const KernelSet& avx512_kernels() {
     s.max_m[2] = 14;
     s.max_m[3] = 9;
     s.max_m[4] = 6;
+    s.pix_budget = kPixBudget;
     fill_tiles<V, F32Step<V>, 1, 14>(s.f32);
     fill_tiles<V, F32Step<V>, 2, 14>(s.f32);
     fill_tiles<V, F32Step<V>, 3, 9>(s.f32);
@@ -609,7 +609,7 @@ const KernelSet& avx512_kernels() {
     s.interleave_f32 = &interleave_f32;
     s.transpose_bf16_pairs = &transpose_bf16_pairs;
     static_for<1, kMaxPixCi + 1>([&](auto ci) {
-      static_for<1, pix_max_p(ci) + 1>([&](auto p) {
+      static_for<1, pix_max_p(ci, kPixBudget) + 1>([&](auto p) {
         s.pix[ci][p] = &PixTile<ci, p, PixMode::f32>::kernel;
         s.pix_bf16[ci][p] = &PixTile<ci, p, PixMode::pair>::kernel;
         s.pix_bf16_exact[ci][p] = &PixTile<ci, p, PixMode::pair_exact>::kernel;

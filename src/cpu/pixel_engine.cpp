@@ -13,12 +13,12 @@
 namespace conv3d_dx::cpu {
 namespace {
 
-constexpr int kLanes = 16;
-
 class PixelEngine final : public EngineImpl {
  public:
-  PixelEngine(const EngineRequest& request, const KernelSet& ks, bool pairs)
-      : p_(request.problem),
+  PixelEngine(const EngineRequest& request, Isa isa, const KernelSet& ks, bool pairs)
+      : name_(std::string("pixel_") + to_string(isa)),
+        lanes_(ks.lanes),
+        p_(request.problem),
         threads_(request.threads),
         ks_(ks),
         pairs_(pairs),
@@ -31,9 +31,9 @@ class PixelEngine final : public EngineImpl {
     // Vectors per row: enough for the widest W phase, within what the kernel set offers for ci_.
     std::int64_t widest = 1;
     for (const AxisPhase& ph : ax_[2].phases) widest = std::max(widest, ph.count);
-    p_vec_ = static_cast<int>(std::min<std::int64_t>(ceil_div(widest, kLanes), kMaxPixP));
+    p_vec_ = static_cast<int>(std::min<std::int64_t>(ceil_div(widest, lanes_), kMaxPixP));
     while (ks.pix[ci_][p_vec_] == nullptr) --p_vec_;
-    rows_ = pix_rows(ci_, p_vec_);
+    rows_ = pix_rows(ci_, p_vec_, ks.pix_budget);
 
     for (std::int64_t kd = 0; kd < p.kernel[0]; ++kd)
       for (std::int64_t kh = 0; kh < p.kernel[1]; ++kh)
@@ -60,8 +60,8 @@ class PixelEngine final : public EngineImpl {
     // interleaved when the row is stored.
     halves_ = stage_w_ && p.stride[2] == 2 && p.y_size[2] >= 2 && ks.interleave_f32 != nullptr;
     stage_row_ = halves_ ? 2 * ceil_div(p.y_size[2], 2) : p.y_size[2];
-    // Channel-last y: blocks of groups covering 16 channels (see run_task).
-    gblock_ = p.y_strides[1] == 1 ? std::max<std::int64_t>(1, kLanes / ci_) : 1;
+    // Channel-last y: blocks of groups covering a vector's worth of channels (see run_task).
+    gblock_ = p.y_strides[1] == 1 ? std::max<std::int64_t>(1, lanes_ / ci_) : 1;
     check_memory(request, name(), memory());
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed_floats()) * 4, "the packed filter");
     // Row groups: up to rows_ consecutive rows of one H phase in one D plane.
@@ -71,7 +71,7 @@ class PixelEngine final : public EngineImpl {
           groups_.push_back({id, ph, j});
   }
 
-  std::string name() const override { return pairs_ ? "pixel_avx512_bf16" : "pixel_avx512"; }
+  std::string name() const override { return name_; }
 
   std::size_t workspace_bytes() const override { return static_cast<std::size_t>(memory().workspace); }
 
@@ -152,7 +152,7 @@ class PixelEngine final : public EngineImpl {
   std::int64_t packed_floats() const {
     return saturating_mul(saturating_mul(p_.G, static_cast<std::int64_t>(tap_src_.size())), k_ * ci_);
   }
-  std::int64_t tile_floats() const { return gblock_ * ci_ * rows_ * p_vec_ * kLanes + 16; }
+  std::int64_t tile_floats() const { return gblock_ * ci_ * rows_ * p_vec_ * lanes_ + 16; }
   std::int64_t stage_floats() const {
     return stage_w_ ? saturating_add(saturating_mul(gblock_ * ci_ * rows_, stage_row_), p_.y_size[2]) : 0;
   }
@@ -252,8 +252,8 @@ class PixelEngine final : public EngineImpl {
 
   // One task: a row group of one D plane for a block of groups, every W phase. Tasks are numbered row group
   // first, so threads split the work by channels rather than taking alternate rows of every plane (whose
-  // shared cache lines they would then fight over). With channel-last y the block spans 16 channels, so
-  // each pixel's channels are stored as one run (transposed from the tiles).
+  // shared cache lines they would then fight over). With channel-last y the block spans a vector's worth
+  // of channels, so each pixel's channels are stored as one run (transposed from the tiles).
   // stage: gblock_ * ci_ * rows_ staged y rows of stage_row_ floats, then Wi more, when stage_w_.
   void run_task(std::int64_t t, const void* dy, void* y, PixFn fn, PixTap* taps, float* tile,
                 float* stage) const {
@@ -265,7 +265,7 @@ class PixelEngine final : public EngineImpl {
     const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(grp.id))];
     const AxisPhase& PH = H.phases[static_cast<std::size_t>(grp.ph)];
     const std::int64_t jd = D.j_of(grp.id), nrows = std::min<std::int64_t>(rows_, PH.count - grp.j0);
-    const std::int64_t width = p_vec_ * kLanes, taps_total = static_cast<std::int64_t>(tap_src_.size());
+    const std::int64_t width = p_vec_ * lanes_, taps_total = static_cast<std::int64_t>(tap_src_.size());
     const std::int64_t w_group = taps_total * k_ * ci_ * 4,
                        tile_group = ci_ * rows_ * width;  // bytes, floats
     const char* w_g0 = static_cast<const char*>(wpack_.get()) + g0 * w_group;
@@ -347,6 +347,8 @@ class PixelEngine final : public EngineImpl {
       }
   }
 
+  std::string name_;
+  std::int64_t lanes_;  // fp32 lanes per vector of the kernel set
   Problem p_;
   int threads_;
   const KernelSet& ks_;
@@ -379,7 +381,8 @@ std::unique_ptr<EngineImpl> make_pixel(const EngineRequest& request, Isa isa, st
     why_not = "Cin/groups is " + std::to_string(p.Cin_g) + ", more than " + std::to_string(kMaxPixCi);
     return nullptr;
   }
-  return std::make_unique<PixelEngine>(request, avx512_kernels(), pairs);
+  return std::make_unique<PixelEngine>(request, isa, isa == Isa::avx2 ? avx2_kernels() : avx512_kernels(),
+                                       pairs);
 }
 
 }  // namespace conv3d_dx::cpu
