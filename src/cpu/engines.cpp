@@ -24,7 +24,8 @@ std::unique_ptr<EngineImpl> with_isa(const EngineRequest& request, std::string& 
 const std::vector<EngineFactory>& cpu_engines() {
   static const std::vector<EngineFactory> engines = {
       {"gemm_amx_bf16", &cpu::make_gemm_amx_bf16},
-      {"stream_avx512", &cpu::make_stream},
+      {"stream_avx512", &with_isa<cpu::make_stream, Isa::avx512>},
+      {"stream_avx2", &with_isa<cpu::make_stream, Isa::avx2>},
       {"pixel_avx512_bf16", &with_isa<cpu::make_pixel, Isa::avx512_bf16>},
       {"pixel_avx512", &with_isa<cpu::make_pixel, Isa::avx512>},
       {"pixel_avx2", &with_isa<cpu::make_pixel, Isa::avx2>},

@@ -72,9 +72,9 @@ constexpr int pix_max_p(int ci, int budget) {
   return p < 1 ? 1 : p > kMaxPixP ? kMaxPixP : p;
 }
 
-// Filter-streaming tiles for small feature maps (stream_engine.cpp): R input channels x V vectors of 16
+// Filter-streaming tiles for small feature maps (stream_engine.cpp): R input channels x V vectors of lanes
 // pixels, fp32 accumulators. Reduction step (co, i), co < nco and i < ntaps in that order, adds, for row r,
-// the pixel vectors dycol[((co * ntaps + i) * V + v) * 16 ...] times the broadcast filter value
+// the pixel vectors dycol[((co * ntaps + i) * V + v) * lanes ...] times the broadcast filter value
 // w[co * w_cs + r * w_rs + taps[i]]. dycol is zero where a tap misses dy; the masked kernels (R = 1) also
 // leave those lanes (clear bits of masks[i * V + v]) untouched, so no term outside dy enters a sum, not even
 // 0 x inf. Before each co, the lines [w + co * w_cs + prefetch, + prefetch_bytes) are prefetched (the next
@@ -87,15 +87,14 @@ struct StreamArgs {
   const std::uint16_t* masks;  // masked kernels only
   std::int64_t ntaps, nco;
   std::int64_t prefetch, prefetch_bytes;  // elements after each co's first value, bytes (0: none)
-  float* acc;                             // [R][V * 16], 64-byte aligned
+  float* acc;                             // [R][V * lanes], 64-byte aligned
   bool accumulate;                        // start from acc's values instead of zero
 };
 
 using StreamFn = void (*)(const StreamArgs&);
 
 inline constexpr int kMaxStreamV = 4;
-inline constexpr int kStreamAcc = 24;  // accumulators: R = kStreamAcc / V rows
-constexpr int stream_rows(int v) { return kStreamAcc / v; }
+inline constexpr int kMaxStreamRows = 24;
 
 inline constexpr int kMaxNv = 4;
 inline constexpr int kMaxM = 14;
@@ -108,12 +107,13 @@ struct KernelSet {
   // The same operands (bf16 pairs of dy and filter) widened to fp32 and summed by FMAs: exact where
   // vdpbf16ps flushes denormal inputs, products or sums (see tiny_bf16 in support.hpp).
   TileFn bf16_exact[kMaxNv + 1][kMaxM + 1] = {};
-  int pix_budget = 0;                                      // registers of a pixel tile (pix_rows)
-  PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};             // [CI][P], R = pix_rows(CI, P, pix_budget)
-  PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};        // the same over bf16 channel pairs (vdpbf16ps)
-  PixFn pix_bf16_exact[kMaxPixCi + 1][kMaxPixP + 1] = {};  // bf16 pairs widened to fp32, FMAs
-  StreamFn stream[kMaxStreamV + 1][kStreamAcc + 1] = {};   // [V][R]; null where not offered
-  StreamFn stream_masked[kMaxStreamV + 1] = {};            // [V], one row
+  int pix_budget = 0;                                         // registers of a pixel tile (pix_rows)
+  PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};                // [CI][P], R = pix_rows(CI, P, pix_budget)
+  PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};           // the same over bf16 channel pairs (vdpbf16ps)
+  PixFn pix_bf16_exact[kMaxPixCi + 1][kMaxPixP + 1] = {};     // bf16 pairs widened to fp32, FMAs
+  int stream_rows[kMaxStreamV + 1] = {};                      // [V]: the most rows R a tile has
+  StreamFn stream[kMaxStreamV + 1][kMaxStreamRows + 1] = {};  // [V][R]; null where not offered
+  StreamFn stream_masked[kMaxStreamV + 1] = {};               // [V], one row
   // Whether any of n bf16 values is nonzero with magnitude below 2^-56 (see tiny_bf16 in support.hpp).
   bool (*any_tiny_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
   // Whether any of n bf16 values is an infinity or a NaN. Null where the ISA has none.

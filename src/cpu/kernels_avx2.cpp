@@ -234,6 +234,63 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
   }
 }
 
+// The filter-streaming tile (StreamArgs): R rows x V vectors of 8 pixels. The masked form (R = 1) loads the
+// vector masks as lanes and blends each sum back where the tap misses dy (no mask registers).
+template <int R, int V, bool Masked>
+struct StreamTile {
+  static void kernel(const StreamArgs& a) {
+    __m256 acc[R][V];
+    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+      static_for<0, V>([&](auto v) __attribute__((always_inline)) {
+        acc[r][v] = a.accumulate ? _mm256_load_ps(a.acc + (r * V + v) * 8) : _mm256_setzero_ps();
+      });
+    });
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const float* d = a.dycol;
+    for (std::int64_t co = 0; co < a.nco; ++co) {
+      const float* w = a.w + co * a.w_cs;
+      // An address, not a pointer: the next tile's lines may lie past the filter (prefetches never fault).
+      const auto pf = reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4);
+      for (std::int64_t b = 0; b < a.prefetch_bytes; b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<std::uintptr_t>(b)), _MM_HINT_T0);
+      for (std::int64_t i = 0; i < a.ntaps; ++i, d += V * 8) {
+        __m256 x[V];
+        __m256 m[V];
+        static_for<0, V>([&](auto v) __attribute__((always_inline)) {
+          x[v] = _mm256_load_ps(d + v * 8);
+          if constexpr (Masked) {
+            const __m256i bits = _mm256_set1_epi32(a.masks[i * V + v]);
+            m[v] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bits, bit), bit));
+          }
+        });
+        const float* wt = w + a.taps[i];
+        static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+          const __m256 b = _mm256_broadcast_ss(wt + r * a.w_rs);
+          static_for<0, V>([&](auto v) __attribute__((always_inline)) {
+            const __m256 sum = _mm256_fmadd_ps(x[v], b, acc[r][v]);
+            acc[r][v] = Masked ? _mm256_blendv_ps(acc[r][v], sum, m[v]) : sum;
+          });
+        });
+      }
+    }
+    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+      static_for<0, V>([&](auto v) __attribute__((always_inline)) {
+        _mm256_store_ps(a.acc + (r * V + v) * 8, acc[r][v]);
+      });
+    });
+  }
+};
+
+// Copies n floats with streaming stores past the caches (a copy written once and read much later).
+void copy_uncached(const float* src, float* dst, std::int64_t n) {
+  const std::int64_t head = std::min<std::int64_t>(
+      n, static_cast<std::int64_t>((32 - reinterpret_cast<std::uintptr_t>(dst) % 32) % 32 / 4));
+  std::int64_t i = 0;
+  for (; i < head; ++i) dst[i] = src[i];
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
 }  // namespace avx2
 
 const KernelSet& avx2_kernels() {
@@ -252,6 +309,13 @@ const KernelSet& avx2_kernels() {
     s.round_hf32 = &round_hf32;
     s.store_transposed = &store_transposed;
     s.pix_budget = kPixBudget;
+    static_for<1, kMaxStreamV + 1>([&](auto v) {
+      constexpr int rows = (15 - v) / v;  // R x V accumulators, V dy vectors, a filter value: 16 registers
+      s.stream_rows[v] = rows;
+      static_for<1, rows + 1>([&](auto r) { s.stream[v][r] = &StreamTile<r, v, false>::kernel; });
+      s.stream_masked[v] = &StreamTile<1, v, true>::kernel;
+    });
+    s.copy_uncached = &copy_uncached;
     static_for<1, kMaxPixCi + 1>([&](auto ci) {
       static_for<1, pix_max_p(ci, kPixBudget) + 1>([&](auto p) { s.pix[ci][p] = &PixTile<ci, p>::kernel; });
     });

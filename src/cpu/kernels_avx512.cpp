@@ -616,7 +616,9 @@ const KernelSet& avx512_kernels() {
       });
     });
     static_for<1, kMaxStreamV + 1>([&](auto v) {
-      static_for<1, stream_rows(v) + 1>([&](auto r) { s.stream[v][r] = &StreamTile<r, v, false>::kernel; });
+      s.stream_rows[v] = kMaxStreamRows / v;  // 24 accumulators of the 32 registers
+      static_for<1, kMaxStreamRows / v + 1>(
+          [&](auto r) { s.stream[v][r] = &StreamTile<r, v, false>::kernel; });
       s.stream_masked[v] = &StreamTile<1, v, true>::kernel;
     });
     s.to_bf16 = &to_bf16;

@@ -33,9 +33,9 @@ constexpr std::int64_t kDycolBlockBytes = 16 << 10;   // dy rows of one block of
 constexpr std::int64_t kPassBytes = 64 << 10;         // accumulators of one pass of tiles: in L2
 constexpr std::int64_t kWidenedBytes = 256 << 10;     // a pass's block of widened filter values: in L2
 
-// Pixels per chunk: up to four vectors of 16 (at least one, for an empty y).
-std::int64_t chunk_width(std::int64_t pixels) {
-  return 16 * std::min<std::int64_t>(kMaxStreamV, ceil_div(std::max<std::int64_t>(pixels, 1), 16));
+// Pixels per chunk: up to four vectors of `lanes` (at least one, for an empty y).
+std::int64_t chunk_width(std::int64_t pixels, std::int64_t lanes) {
+  return lanes * std::min<std::int64_t>(kMaxStreamV, ceil_div(std::max<std::int64_t>(pixels, 1), lanes));
 }
 
 // The dy element offset (n, d, h, w; channel 0) that y pixel `pix` of image n takes through flat tap t, or
@@ -75,19 +75,20 @@ struct FilterSource {
 
 class StreamEngine final : public EngineImpl {
  public:
-  explicit StreamEngine(const EngineRequest& request)
-      : p_(request.problem),
+  StreamEngine(const EngineRequest& request, Isa isa, const KernelSet& ks)
+      : name_(std::string("stream_") + to_string(isa)),
+        p_(request.problem),
         threads_(request.threads),
-        ks_(avx512_kernels()),
+        ks_(ks),
         taps_(p_.kernel[0] * p_.kernel[1] * p_.kernel[2]),
         pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {
     const Problem& p = p_;
     const std::int64_t total = p.N * pixels_;  // 0 when N is 0: no chunks, and run() returns at once
-    width_ = chunk_width(total);
-    v_ = static_cast<int>(width_ / 16);
-    rows_ = stream_rows(v_);
+    width_ = chunk_width(total, ks_.lanes);
+    v_ = static_cast<int>(width_ / ks_.lanes);
+    rows_ = ks_.stream_rows[v_];
     tiles_ = ceil_div(p.Cin_g, rows_);
     co_block_ = std::clamp<std::int64_t>(kDycolBlockBytes / (taps_ * width_ * 4), 1, p.Cout_g);
     // A pass's accumulators and its block of widened filter values stay in L2.
@@ -108,7 +109,7 @@ class StreamEngine final : public EngineImpl {
       chunks_.push_back(make_chunk(ax, first, total));
   }
 
-  std::string name() const override { return "stream_avx512"; }
+  std::string name() const override { return name_; }
   std::string config() const override {
     return std::string("filter ") + (in_place_ ? "read in place" : "widened pass by pass") + " (" +
            (taps_first_ ? "taps" : "input channels") + " contiguous), " + std::to_string(chunks_.size()) +
@@ -167,8 +168,8 @@ class StreamEngine final : public EngineImpl {
       c.src.insert(c.src.end(), src.begin(), src.end());
       for (int v = 0; v < v_; ++v) {
         std::uint16_t m = 0;
-        for (int l = 0; l < 16; ++l)
-          m |= static_cast<std::uint16_t>((src[static_cast<std::size_t>(16 * v + l)] >= 0) << l);
+        for (int l = 0; l < ks_.lanes; ++l)
+          m |= static_cast<std::uint16_t>((src[static_cast<std::size_t>(ks_.lanes * v + l)] >= 0) << l);
         c.masks.push_back(m);
       }
     }
@@ -382,11 +383,12 @@ class StreamEngine final : public EngineImpl {
     }
   }
 
+  std::string name_;
   Problem p_;
   int threads_;
   const KernelSet& ks_;
   std::int64_t taps_, pixels_;
-  int v_ = 1;                    // 16-pixel vectors per chunk
+  int v_ = 1;                    // vectors of pixels per chunk
   std::int64_t width_ = 16;      // pixels per chunk
   int rows_ = 1;                 // input channels per tile
   std::int64_t tiles_ = 1;       // tiles per group
@@ -420,20 +422,21 @@ double extra_work(const Problem& p, std::int64_t pixels, std::int64_t width) {
 
 }  // namespace
 
-std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, std::string& why_not) {
-  return make_stream(request, false, why_not);
+std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, Isa isa, std::string& why_not) {
+  return make_stream(request, isa, false, why_not);
 }
 
-std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, bool any_filter_size,
+std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, Isa isa, bool any_filter_size,
                                         std::string& why_not) {
   const Problem& p = request.problem;
-  why_not = fast_engine_refusal(Isa::avx512, request, false);
+  why_not = fast_engine_refusal(isa, request, false);
   if (!why_not.empty()) return nullptr;
+  const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
   const auto& s = p.filter_strides;
   const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const std::int64_t pixels = p.N * p.y_size[0] * p.y_size[1] * p.y_size[2];
   const std::int64_t elements = saturating_mul(p.Cout(), saturating_mul(p.Cin_g, taps));
-  const std::int64_t width = chunk_width(pixels);
+  const std::int64_t width = chunk_width(pixels, ks.lanes);
   if (s[3] != p.kernel[2] * s[4] || s[2] != p.kernel[1] * s[3] || (s[4] != 1 && s[1] != 1))
     why_not = "neither the filter's taps nor its input channels are contiguous (NCDHW or NDHWC filter)";
   else if (taps > kMaxTaps)
@@ -460,7 +463,7 @@ std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, bool any_f
                 std::to_string(kMaxExtraWork).substr(0, 3);
   }
   if (!why_not.empty()) return nullptr;
-  return std::make_unique<StreamEngine>(request);
+  return std::make_unique<StreamEngine>(request, isa, ks);
 }
 
 }  // namespace conv3d_dx::cpu
