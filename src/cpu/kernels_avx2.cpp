@@ -249,10 +249,9 @@ struct StreamTile {
     const float* d = a.dycol;
     for (std::int64_t co = 0; co < a.nco; ++co) {
       const float* w = a.w + co * a.w_cs;
-      // An address, not a pointer: the next tile's lines may lie past the filter (prefetches never fault).
-      const auto pf = reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4);
-      for (std::int64_t b = 0; b < a.prefetch_bytes; b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<std::uintptr_t>(b)), _MM_HINT_T0);
+      // The next tile's lines (they may lie past the filter).
+      prefetch_lines(reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4),
+                     a.prefetch_bytes);
       for (std::int64_t i = 0; i < a.ntaps; ++i, d += V * 8) {
         __m256 x[V];
         __m256 m[V];

@@ -8,7 +8,8 @@
 // pixel. The order of the reduction (taps in list order, then channels ascending) never depends on the
 // blocking of other tiles or on threads.
 //
-// Include it inside a namespace, after <cstdint>, <cstring>, <type_traits> and "cpu/kernels.hpp".
+// Include it inside a namespace, after <immintrin.h>, <cstdint>, <cstring>, <type_traits> and
+// "cpu/kernels.hpp". It also holds the helpers the ISA files share (static_for, prefetch_lines).
 #pragma once
 
 #define CONV3D_DX_INLINE inline __attribute__((always_inline))
@@ -19,6 +20,13 @@ CONV3D_DX_INLINE void static_for(F&& f) {
     f(std::integral_constant<int, B>{});
     static_for<B + 1, E>(f);
   }
+}
+
+// Requests the lines of [at, at + bytes) into L1. An address, not a pointer: the lines may lie past the
+// buffer they belong to (prefetches never fault).
+CONV3D_DX_INLINE void prefetch_lines(std::uintptr_t at, std::int64_t bytes) {
+  for (std::int64_t b = 0; b < bytes; b += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(at + static_cast<std::uintptr_t>(b)), _MM_HINT_T0);
 }
 
 // Step policies: S::In is the dy element type.
