@@ -233,6 +233,7 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   const Problem& p = request.problem;
   const bool pairs = isa == Isa::avx512_bf16;
   why_not = fast_engine_refusal(isa, request, pairs);
+  if (why_not.empty()) why_not = avx2_version_refusal(isa, request);
   if (!why_not.empty()) return nullptr;
   const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
   if (p.kernel != ones || p.stride != ones || p.pad_front != zeros || p.pad_back != zeros)

@@ -3,7 +3,7 @@
 // engine would read NCDHW dy with strided channels (or transpose all of it first); this one transposes dy
 // tile by tile: the tile's pixels of every output channel (rows a plane apart) into a pixel-major panel that
 // stays in L2 (bf16: channel pairs on the way), then the GEMM engine's tile kernels reduce blocks of up to 64
-// input channels against it, and each [pixel][channel] result is transposed into y's planes.
+// input channels (16 on AVX2) against it, and each [pixel][channel] result is transposed into y's planes.
 #pragma once
 
 #include <memory>

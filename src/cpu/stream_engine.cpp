@@ -23,7 +23,7 @@ namespace {
 // dy, here at most 1.43x the GEMM engine's multiplies): 256 pixels with 221K filter elements per pixel 0.87x,
 // with 110K 1.05x; 512 pixels with 110K 1.05x, with 13.8K 1.38x. (Against the GEMM engine writing the
 // whole packed filter, as it did before, 10.4K per pixel already gave 0.66-0.78x.)
-constexpr std::int64_t kMaxPixels = 512;              // y pixels of all images: eight chunks of 64 at most
+constexpr std::int64_t kMaxPixels = 512;              // y pixels of all images (AVX-512: eight chunks of 64)
 constexpr std::int64_t kMinFilterElements = 1 << 20;  // below, packing costs little
 constexpr std::int64_t kSmallMap = 128;               // pixels beyond which the filter must be larger still
 constexpr std::int64_t kElementsPerPixel = 1 << 17;   // ... per pixel
@@ -430,6 +430,7 @@ std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, Isa isa, b
                                         std::string& why_not) {
   const Problem& p = request.problem;
   why_not = fast_engine_refusal(isa, request, false);
+  if (why_not.empty()) why_not = avx2_version_refusal(isa, request);
   if (!why_not.empty()) return nullptr;
   const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
   const auto& s = p.filter_strides;

@@ -2,9 +2,9 @@
 // VAE level: thousands of channels on a few pixels). The y pixels of all images (at most 512) are lanes of up
 // to four vectors per chunk (16-pixel vectors on AVX-512, 8 on AVX2), so each filter value is loaded once per
 // chunk, broadcast, and multiplied into all of them: the filter is read once per chunk, in place (fp32) or
-// widened a block at a time, instead of being packed (written and read again) first. dy is gathered once per call into
-// [co][tap][pixel] rows, zero where a tap misses dy. Tiles are R input channels x the pixels, reduced over
-// (co, tap) in a fixed order in fp32 by FMAs.
+// widened a block at a time, instead of being packed (written and read again) first. dy is gathered once per
+// call into [co][tap][pixel] rows, zero where a tap misses dy. Tiles are R input channels x the pixels,
+// reduced over (co, tap) in a fixed order in fp32 by FMAs.
 #pragma once
 
 #include <memory>
