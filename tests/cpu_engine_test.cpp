@@ -862,7 +862,8 @@ TEST_P(CpuStream, MatchesReferenceAcrossChunksTilesAndBlocks) {
     for (std::int64_t extra : {0, 7})
       for (std::int64_t cout : {1, 5, 9}) {
         const std::int64_t pixels = m.n * m.in[0] * m.in[1] * m.in[2];
-        const std::int64_t width = 16 * std::min<std::int64_t>(4, (pixels + 15) / 16);
+        const std::int64_t lanes = GetParam() == Isa::avx2 ? 8 : 16;  // the chunk is up to 4 vectors
+        const std::int64_t width = lanes * std::min<std::int64_t>(4, (pixels + lanes - 1) / lanes);
         Case c = with_dtype(Case{}, kAllDtypes[k % 5]);
         c.N = m.n;
         c.in = m.in;
