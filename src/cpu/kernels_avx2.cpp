@@ -24,6 +24,15 @@ struct V {
   static CONV3D_DX_INLINE R bcast(float v) { return _mm256_set1_ps(v); }
   static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   static CONV3D_DX_INLINE void store(float* p, R v) { _mm256_storeu_ps(p, v); }
+  // No mask registers: a mask is a vector of all-ones lanes, and a masked FMA a blend after the FMA.
+  using M = __m256;
+  static CONV3D_DX_INLINE M mask(std::uint16_t bits) {
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), bit), bit));
+  }
+  static CONV3D_DX_INLINE R masked_fma(R a, R b, R c, M m) {
+    return _mm256_blendv_ps(c, _mm256_fmadd_ps(a, b, c), m);
+  }
 };
 
 // 8 fp32 -> 8 bf16, round to nearest even; saturate turns overflow and inf (0x7F80) into the largest finite
@@ -107,7 +116,9 @@ CONV3D_DX_INLINE __m256i tail8(std::int64_t n) {
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-constexpr int kPixBudget = 14;  // of the 16 vector registers: one more for dy, one for a product
+// Of the 16 vector registers: one more for dy, one for a product. A tap covering part of the tile also keeps
+// its P masks live, so the widest tiles spill there (and CI = 8, one row of one vector, spills anyway).
+constexpr int kPixBudget = 14;
 
 // The pixel tile (PixArgs): CI channels x R rows x P vectors of 8 pixels, fp32. AVX2 has no mask registers:
 // a tap that covers every pixel of the tile runs plain loads and FMAs; one that covers part of it loads its
@@ -201,6 +212,7 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
     const std::int64_t rn = std::min<std::int64_t>(8, nr - r0);
     for (std::int64_t c0 = 0; c0 < nc; c0 += 8) {
       const std::int64_t cn = std::min<std::int64_t>(8, nc - c0);
+      const __m256i cmask = tail8(cn), rmask = tail8(rn);
       __m256 t[8];
       for (std::int64_t i = 0; i < 8; ++i) {
         const std::int64_t at = (r0 + i) * a_rs + c0;
@@ -212,14 +224,14 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
           const __m256i bits = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
           t[i] = _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16));
         } else {
-          t[i] = _mm256_maskload_ps(static_cast<const float*>(a) + at, tail8(cn));
+          t[i] = _mm256_maskload_ps(static_cast<const float*>(a) + at, cmask);
         }
       }
       transpose8(t);
       for (std::int64_t c = 0; c < cn; ++c) {
         const std::int64_t at = (c0 + c) * y_cs + r0;
         if (y_type == StoreType::f32) {
-          _mm256_maskstore_ps(static_cast<float*>(y) + at, tail8(rn), t[c]);
+          _mm256_maskstore_ps(static_cast<float*>(y) + at, rmask, t[c]);
           continue;
         }
         alignas(32) float v[8];
@@ -233,52 +245,6 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
     }
   }
 }
-
-// The filter-streaming tile (StreamArgs): R rows x V vectors of 8 pixels. The masked form (R = 1) loads the
-// vector masks as lanes and blends each sum back where the tap misses dy (no mask registers).
-template <int R, int V, bool Masked>
-struct StreamTile {
-  static void kernel(const StreamArgs& a) {
-    __m256 acc[R][V];
-    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
-      static_for<0, V>([&](auto v) __attribute__((always_inline)) {
-        acc[r][v] = a.accumulate ? _mm256_load_ps(a.acc + (r * V + v) * 8) : _mm256_setzero_ps();
-      });
-    });
-    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    const float* d = a.dycol;
-    for (std::int64_t co = 0; co < a.nco; ++co) {
-      const float* w = a.w + co * a.w_cs;
-      // The next tile's lines (they may lie past the filter).
-      prefetch_lines(reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4),
-                     a.prefetch_bytes);
-      for (std::int64_t i = 0; i < a.ntaps; ++i, d += V * 8) {
-        __m256 x[V];
-        __m256 m[V];
-        static_for<0, V>([&](auto v) __attribute__((always_inline)) {
-          x[v] = _mm256_load_ps(d + v * 8);
-          if constexpr (Masked) {
-            const __m256i bits = _mm256_set1_epi32(a.masks[i * V + v]);
-            m[v] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bits, bit), bit));
-          }
-        });
-        const float* wt = w + a.taps[i];
-        static_for<0, R>([&](auto r) __attribute__((always_inline)) {
-          const __m256 b = _mm256_broadcast_ss(wt + r * a.w_rs);
-          static_for<0, V>([&](auto v) __attribute__((always_inline)) {
-            const __m256 sum = _mm256_fmadd_ps(x[v], b, acc[r][v]);
-            acc[r][v] = Masked ? _mm256_blendv_ps(acc[r][v], sum, m[v]) : sum;
-          });
-        });
-      }
-    }
-    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
-      static_for<0, V>([&](auto v) __attribute__((always_inline)) {
-        _mm256_store_ps(a.acc + (r * V + v) * 8, acc[r][v]);
-      });
-    });
-  }
-};
 
 // Copies n floats with streaming stores past the caches (a copy written once and read much later).
 void copy_uncached(const float* src, float* dst, std::int64_t n) {
@@ -311,8 +277,8 @@ const KernelSet& avx2_kernels() {
     static_for<1, kMaxStreamV + 1>([&](auto v) {
       constexpr int rows = (15 - v) / v;  // R x V accumulators, V dy vectors, a filter value: 16 registers
       s.stream_rows[v] = rows;
-      static_for<1, rows + 1>([&](auto r) { s.stream[v][r] = &StreamTile<r, v, false>::kernel; });
-      s.stream_masked[v] = &StreamTile<1, v, true>::kernel;
+      static_for<1, rows + 1>([&](auto r) { s.stream[v][r] = &StreamTile<V, r, v, false>::kernel; });
+      s.stream_masked[v] = &StreamTile<V, 1, v, true>::kernel;
     });
     s.copy_uncached = &copy_uncached;
     static_for<1, kMaxPixCi + 1>([&](auto ci) {

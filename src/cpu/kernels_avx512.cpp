@@ -25,6 +25,9 @@ struct V {
   static CONV3D_DX_INLINE R bcast(float v) { return _mm512_set1_ps(v); }
   static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static CONV3D_DX_INLINE void store(float* p, R v) { _mm512_storeu_ps(p, v); }
+  using M = __mmask16;
+  static CONV3D_DX_INLINE M mask(std::uint16_t bits) { return bits; }
+  static CONV3D_DX_INLINE R masked_fma(R a, R b, R c, M m) { return _mm512_mask3_fmadd_ps(a, b, c, m); }
 };
 
 // One step takes the dy pair (c, c+1) and the filter pairs; vdpbf16ps adds both exact products in fp32.
@@ -129,51 +132,6 @@ struct PixTile {
         static_for<0, P>([&](auto v) __attribute__((always_inline)) {
           _mm512_store_ps(a.tile + ((c * R + r) * P + v) * 16, acc[c][r][v]);
         });
-      });
-    });
-  }
-};
-
-// R rows x V vectors of pixels of one filter-streaming tile (StreamArgs). Each filter value is broadcast once
-// and multiplies V pixel vectors; the unmasked form relies on dycol's zeros (the engine re-runs a row with
-// the masked form when its sums are not all finite, which a 0 x inf or 0 x NaN would make them).
-template <int R, int V, bool Masked>
-struct StreamTile {
-  static void kernel(const StreamArgs& a) {
-    __m512 acc[R][V];
-    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
-      static_for<0, V>([&](auto v) __attribute__((always_inline)) {
-        acc[r][v] = a.accumulate ? _mm512_load_ps(a.acc + (r * V + v) * 16) : _mm512_setzero_ps();
-      });
-    });
-    const float* d = a.dycol;
-    for (std::int64_t co = 0; co < a.nco; ++co) {
-      const float* w = a.w + co * a.w_cs;
-      // The next tile's lines (they may lie past the filter).
-      prefetch_lines(reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4),
-                     a.prefetch_bytes);
-      for (std::int64_t i = 0; i < a.ntaps; ++i, d += V * 16) {
-        __m512 x[V];
-        __mmask16 m[V];
-        static_for<0, V>([&](auto v) __attribute__((always_inline)) {
-          x[v] = _mm512_load_ps(d + v * 16);
-          if constexpr (Masked) m[v] = a.masks[i * V + v];
-        });
-        const float* wt = w + a.taps[i];
-        static_for<0, R>([&](auto r) __attribute__((always_inline)) {
-          const __m512 b = _mm512_set1_ps(wt[r * a.w_rs]);
-          static_for<0, V>([&](auto v) __attribute__((always_inline)) {
-            if constexpr (Masked)
-              acc[r][v] = _mm512_mask3_fmadd_ps(x[v], b, acc[r][v], m[v]);
-            else
-              acc[r][v] = _mm512_fmadd_ps(x[v], b, acc[r][v]);
-          });
-        });
-      }
-    }
-    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
-      static_for<0, V>([&](auto v) __attribute__((always_inline)) {
-        _mm512_store_ps(a.acc + (r * V + v) * 16, acc[r][v]);
       });
     });
   }
@@ -617,8 +575,8 @@ const KernelSet& avx512_kernels() {
     static_for<1, kMaxStreamV + 1>([&](auto v) {
       s.stream_rows[v] = kMaxStreamRows / v;  // 24 accumulators of the 32 registers
       static_for<1, kMaxStreamRows / v + 1>(
-          [&](auto r) { s.stream[v][r] = &StreamTile<r, v, false>::kernel; });
-      s.stream_masked[v] = &StreamTile<1, v, true>::kernel;
+          [&](auto r) { s.stream[v][r] = &StreamTile<V, r, v, false>::kernel; });
+      s.stream_masked[v] = &StreamTile<V, 1, v, true>::kernel;
     });
     s.to_bf16 = &to_bf16;
     s.store_rows_bf16 = &store_rows_bf16;

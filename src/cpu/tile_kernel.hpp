@@ -9,7 +9,9 @@
 // blocking of other tiles or on threads.
 //
 // Include it inside a namespace, after <immintrin.h>, <cstdint>, <cstring>, <type_traits> and
-// "cpu/kernels.hpp". It also holds the helpers the ISA files share (static_for, prefetch_lines).
+// "cpu/kernels.hpp". It also holds what else the ISA files share (static_for, prefetch_lines, and the
+// filter-streaming tile over the same vector type, whose V also gives a mask type M, mask() and
+// masked_fma()).
 #pragma once
 
 #define CONV3D_DX_INLINE inline __attribute__((always_inline))
@@ -101,3 +103,51 @@ template <class V, class S, int NV, int MaxM>
 void fill_tiles(TileFn (&table)[kMaxNv + 1][kMaxM + 1]) {
   static_for<1, MaxM + 1>([&](auto m) { table[NV][m] = &Tile<V, S, m, NV>::kernel; });
 }
+
+// R rows x NV vectors of pixels of one filter-streaming tile (StreamArgs). Each filter value is broadcast
+// once and multiplies NV pixel vectors; the unmasked form relies on dycol's zeros (the engine re-runs a row
+// with the masked form when its sums are not all finite, which a 0 x inf or 0 x NaN would make them).
+// V::masked_fma leaves the lanes outside V::mask(bits) as they were.
+template <class V, int R, int NV, bool Masked>
+struct StreamTile {
+  static void kernel(const StreamArgs& a) {
+    constexpr int L = V::kLanes;
+    typename V::R acc[R][NV];
+    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+        acc[r][v] =
+            a.accumulate ? V::load(reinterpret_cast<const char*>(a.acc + (r * NV + v) * L)) : V::zero();
+      });
+    });
+    const float* d = a.dycol;
+    for (std::int64_t co = 0; co < a.nco; ++co) {
+      const float* w = a.w + co * a.w_cs;
+      // The next tile's lines (they may lie past the filter).
+      prefetch_lines(reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4),
+                     a.prefetch_bytes);
+      for (std::int64_t i = 0; i < a.ntaps; ++i, d += NV * L) {
+        typename V::R x[NV];
+        typename V::M m[NV];
+        static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+          x[v] = V::load(reinterpret_cast<const char*>(d + v * L));
+          if constexpr (Masked) m[v] = V::mask(a.masks[i * NV + v]);
+        });
+        const float* wt = w + a.taps[i];
+        static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+          const typename V::R b = V::bcast(wt[r * a.w_rs]);
+          static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+            if constexpr (Masked)
+              acc[r][v] = V::masked_fma(x[v], b, acc[r][v], m[v]);
+            else
+              acc[r][v] = V::fma(x[v], b, acc[r][v]);
+          });
+        });
+      }
+    }
+    static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+        V::store(a.acc + (r * NV + v) * L, acc[r][v]);
+      });
+    });
+  }
+};
