@@ -26,7 +26,7 @@ std::string GemmConfig::describe() const {
 
 GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threads,
                        const GemmTuning& tuning) {
-  const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
+  const KernelSet& ks = kernels_for(isa);
   GemmConfig c;
   c.isa = isa;
   c.amx = isa == Isa::amx_bf16;
@@ -38,9 +38,8 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
 
   // Channel blocks: as wide as the kernels go (4 vectors of 16 on AVX-512, 2 with AMX: 2 x 2 tiles of
   // 16 x 16 take the 8 tile registers with the two dy and two filter tiles), no wider than the channels.
-  int nv = tuning.nv > 0 ? tuning.nv : c.amx ? 2 : (c.lanes == 16 ? 4 : 2);
-  nv = std::min(nv, c.amx ? 2 : kMaxNv);
-  while (nv > 1 && ks.max_m[nv] == 0) --nv;
+  const int offered = c.amx ? 2 : ks.widest_nv();
+  const int nv = std::min(tuning.nv > 0 ? tuning.nv : offered, offered);
   c.nv = static_cast<int>(std::min<std::int64_t>(nv, ceil_div(p.Cin_g, c.lanes)));
   for (int v = 1; v <= kMaxNv; ++v)
     c.max_m[v] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.max_m[v]) : ks.max_m[v];

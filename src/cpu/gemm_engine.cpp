@@ -1130,7 +1130,7 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
       return nullptr;
     }
   }
-  const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
+  const KernelSet& ks = kernels_for(isa);
   return std::make_unique<GemmEngine>(request, ks, config);
 }
 

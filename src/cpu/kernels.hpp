@@ -66,7 +66,8 @@ inline constexpr int kMaxPixP = 4;   // vectors per row
 constexpr int pix_rows(int ci, int p, int budget) {
   return (budget - ci) / (ci * p) > 1 ? (budget - ci) / (ci * p) : 1;
 }
-// The most vectors per row a kernel set offers for CI channels: CI * P accumulators within the budget.
+// The most vectors per row a kernel set offers for CI channels: CI * P accumulators within the budget, and
+// at least one vector.
 constexpr int pix_max_p(int ci, int budget) {
   const int p = (budget - ci) / ci;
   return p < 1 ? 1 : p > kMaxPixP ? kMaxPixP : p;
@@ -156,6 +157,13 @@ struct KernelSet {
   // dst[i] = src[i], i < n, fp32, stored past the caches (a copy that is not read again soon). Not fenced:
   // the caller runs _mm_sfence before other threads read dst. Null where the ISA has none.
   void (*copy_uncached)(const float* src, float* dst, std::int64_t n) = nullptr;
+
+  // The most vectors of input channels its tile kernels take (NV from 1 to it are all offered).
+  int widest_nv() const {
+    int nv = kMaxNv;
+    while (nv > 1 && max_m[nv] == 0) --nv;
+    return nv;
+  }
 };
 
 // AMX tiles (kernels_amx.cpp): M <= kAmxMaxM pixels x NV <= 2 vectors of 16 input channels over bf16

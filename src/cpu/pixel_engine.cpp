@@ -376,14 +376,12 @@ std::unique_ptr<EngineImpl> make_pixel(const EngineRequest& request, Isa isa, st
   const Problem& p = request.problem;
   const bool pairs = isa == Isa::avx512_bf16;
   why_not = fast_engine_refusal(isa, request, pairs);
-  if (why_not.empty()) why_not = avx2_version_refusal(isa, request);
   if (!why_not.empty()) return nullptr;
   if (p.Cin_g > kMaxPixCi) {
     why_not = "Cin/groups is " + std::to_string(p.Cin_g) + ", more than " + std::to_string(kMaxPixCi);
     return nullptr;
   }
-  return std::make_unique<PixelEngine>(request, isa, isa == Isa::avx2 ? avx2_kernels() : avx512_kernels(),
-                                       pairs);
+  return std::make_unique<PixelEngine>(request, isa, kernels_for(isa), pairs);
 }
 
 }  // namespace conv3d_dx::cpu

@@ -22,13 +22,6 @@ constexpr std::int64_t kTasksPerThread = 4;  // runs of tiles per thread worth c
 constexpr std::int64_t kMaxPanelSteps = std::int64_t{1} << 18;  // a 48 MiB panel per thread at most
 constexpr std::int64_t kRows = 32;  // dy rows per transposed block (16 channel pairs); also the prefetch lead
 
-// The most vectors of input channels the ISA's tile kernels take.
-int widest_nv(const KernelSet& ks) {
-  int nv = kMaxNv;
-  while (nv > 1 && ks.max_m[nv] == 0) --nv;
-  return nv;
-}
-
 class PointwiseEngine final : public EngineImpl {
  public:
   PointwiseEngine(const EngineRequest& request, Isa isa, const KernelSet& ks, bool pairs)
@@ -42,7 +35,7 @@ class PointwiseEngine final : public EngineImpl {
         // not share L1 sets.
         kp_((ceil_div(k_, 16) | 1) * 16),
         width_(std::clamp(kPanelBytes / (kp_ * 4) / 6 * 6, kMinWidth, kMaxWidth)),
-        nv_(static_cast<int>(std::min<std::int64_t>(widest_nv(ks), ceil_div(p_.Cin_g, ks.lanes)))),
+        nv_(static_cast<int>(std::min<std::int64_t>(ks.widest_nv(), ceil_div(p_.Cin_g, ks.lanes)))),
         unit_(nv_ * ks.lanes),
         units_(ceil_div(p_.Cin_g, unit_)),
         pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
@@ -233,7 +226,6 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   const Problem& p = request.problem;
   const bool pairs = isa == Isa::avx512_bf16;
   why_not = fast_engine_refusal(isa, request, pairs);
-  if (why_not.empty()) why_not = avx2_version_refusal(isa, request);
   if (!why_not.empty()) return nullptr;
   const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
   if (p.kernel != ones || p.stride != ones || p.pad_front != zeros || p.pad_back != zeros)
@@ -247,8 +239,7 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   else if (pairs && p.dy_dtype != DType::bf16)
     why_not = std::string("dy is ") + to_string(p.dy_dtype) + ", not bf16";
   if (!why_not.empty()) return nullptr;
-  return std::make_unique<PointwiseEngine>(request, isa, isa == Isa::avx2 ? avx2_kernels() : avx512_kernels(),
-                                           pairs);
+  return std::make_unique<PointwiseEngine>(request, isa, kernels_for(isa), pairs);
 }
 
 }  // namespace conv3d_dx::cpu

@@ -430,9 +430,8 @@ std::unique_ptr<EngineImpl> make_stream(const EngineRequest& request, Isa isa, b
                                         std::string& why_not) {
   const Problem& p = request.problem;
   why_not = fast_engine_refusal(isa, request, false);
-  if (why_not.empty()) why_not = avx2_version_refusal(isa, request);
   if (!why_not.empty()) return nullptr;
-  const KernelSet& ks = isa == Isa::avx2 ? avx2_kernels() : avx512_kernels();
+  const KernelSet& ks = kernels_for(isa);
   const auto& s = p.filter_strides;
   const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const std::int64_t pixels = p.N * p.y_size[0] * p.y_size[1] * p.y_size[2];

@@ -53,13 +53,6 @@ std::string fast_engine_refusal(Isa isa, const EngineRequest& request, bool bf16
   return {};
 }
 
-std::string avx2_version_refusal(Isa isa, const EngineRequest& request) {
-  if (isa != Isa::avx2 || !cpu_supports(Isa::avx512) || isa_level(request.isa) < isa_level(Isa::avx512))
-    return {};
-  return std::string("the CPU has avx512 and the request allows ") + to_string(request.isa) +
-         ": this engine's AVX-512 version decides";
-}
-
 AlignedPtr alloc_zeroed64(std::size_t bytes, const char* what) {
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);

@@ -23,10 +23,8 @@ std::string isa_refusal(Isa isa, const EngineRequest& request);
 // What every fast engine refuses, else empty: isa_refusal, inputs a bf16 engine cannot take exactly
 // (bf16 = true), and geometry whose tables would not fit in memory.
 std::string fast_engine_refusal(Isa isa, const EngineRequest& request, bool bf16);
-// The AVX2 versions of the engines made for AVX-512 (pixel, pointwise, stream) serve CPUs without it: where
-// the CPU has AVX-512 and the request allows it they decline too (their looser AVX2 limits must not take
-// what the AVX-512 engine declined from the engines after it). Empty otherwise.
-std::string avx2_version_refusal(Isa isa, const EngineRequest& request);
+// The kernel set the fast engines of `isa` run (AMX engines: AVX-512's, beside their tiles).
+inline const KernelSet& kernels_for(Isa isa) { return isa == Isa::avx2 ? avx2_kernels() : avx512_kernels(); }
 
 inline bool exact_in_bf16(DType t) { return t == DType::bf16 || t == DType::hif8 || t == DType::fp8_e4m3fn; }
 // vdpbf16ps treats denormal inputs as zero and flushes denormal products and sums to zero. A bf16 value
