@@ -174,7 +174,8 @@ class Plan:
         w = self._input("filter", filter, self._filter_dtype)
         result, y = self._output(out)
         self._plan.execute(dy.array, w.array, y)
-        _arrays.mark_written(result)
+        if out is not None:
+            _arrays.mark_written(out)
         return result
 
     def execute_packed(self, out_backprop: Any, out: Any = None) -> Any:
@@ -182,5 +183,6 @@ class Plan:
         dy = self._input("out_backprop", out_backprop, self._dy.dtype)
         result, y = self._output(out)
         self._plan.execute_packed(dy.array, y)
-        _arrays.mark_written(result)
+        if out is not None:
+            _arrays.mark_written(out)
         return result

@@ -152,16 +152,16 @@ class _Conv3dFunction(torch.autograd.Function):
         # are taken the same way and returned in each input's own dtype. An unbatched input ([C, D, H, W], as
         # nn.Conv3d takes) gets a batch axis for them.
         unbatched = x.dim() == 4
-        xc, wc = x.to(grad.dtype), weight.to(grad.dtype)
-        if unbatched:
-            xc, grad = xc.unsqueeze(0), grad.unsqueeze(0)
+        batched = x.unsqueeze(0) if unbatched else x
+        grad = grad.unsqueeze(0) if unbatched else grad
+        wc = weight.to(grad.dtype)
         grad_x = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_x = _conv3d_input(list(xc.shape), wc, grad, stride, pads, dilation, groups).to(x.dtype)
+        if ctx.needs_input_grad[0]:  # (x's shape only)
+            grad_x = _conv3d_input(list(batched.shape), wc, grad, stride, pads, dilation, groups).to(x.dtype)
             if unbatched:
                 grad_x = grad_x.squeeze(0)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            padded, padding = _padded(xc, pads)
+            padded, padding = _padded(batched.to(grad.dtype), pads)
             _, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
                 grad, padded, wc, None if bias_dtype is None else [weight.shape[0]], stride, padding, dilation,
                 False, [0, 0, 0], groups, [False, ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
