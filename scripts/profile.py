@@ -5,7 +5,8 @@ Three views, because this machine kind offers no hardware counters (`perf stat -
 <not supported>) and valgrind cannot execute AVX-512:
   1. time decomposition from `conv3d-dx bench` on the real (AVX-512) engines: per-call filter packing
      (median_ms - packed_median_ms), the NCDHW conversions (NCDHW - NDHWC), 1 -> 2 thread scaling, and the
-     share of peak counting only the taps inside the tensor;
+     share of peak counting only the taps inside the tensor (the peak of the engine's instruction, measured by
+     `conv3d-dx peak` first);
   2. llvm-mca on the inner loops of the AVX-512 micro-kernels, compiled with the build's own flags;
   3. callgrind instruction shares per function (the AVX2 build of the same engines, what valgrind runs).
 
@@ -21,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 
-PEAK_GFLOPS = {"fp32": 516.0, "bf16": 1030.0}  # AMD EPYC Zen 5, 2 cores, measured
 KERNEL_LOOPS = [  # (symbol fragment, FMA mnemonic, FMAs per step)
     ("TileINS1_1VENS1_7F32StepIS3_EELi6ELi4EE6kernel", "vfmadd", 24),
     ("TileINS1_1VENS1_8Bf16StepELi6ELi4EE6kernel", "vdpbf16ps", 24),
@@ -52,7 +52,26 @@ def inside_flops(problem):
     return 2 * int(f["N"]) * int(f["Cout"]) * cin_g * count
 
 
+def peaks(cli, threads):
+    """GFLOP/s of this CPU's multiply-add instructions on `threads` threads, by ISA (`conv3d-dx peak`)."""
+    out = run([cli, "peak", "--threads", str(threads), "--json"])
+    rows = [json.loads(line) for line in out.splitlines()]
+    for r in rows:
+        if r["threads"] == threads:
+            print(f"peak: {r['instruction']:32} {r['threads']} threads {r['gflops']:8.1f} GFLOP/s")
+    return {r["isa"]: r["gflops"] for r in rows if r["threads"] == threads}
+
+
+def engine_peak(peak, engine):
+    """The peak of the instruction an engine's kernels run: AMX tiles, vdpbf16ps, or fp32 FMAs."""
+    for suffix in ("amx_bf16", "avx512_bf16", "avx512", "avx2"):
+        if engine.endswith(suffix):
+            return peak[suffix]
+    return peak.get("avx512", peak.get("avx2", float("nan")))
+
+
 def decomposition(cli, shapes):
+    peak = peaks(cli, 2)
     print("== time decomposition (ms, medians of 9; conv3d-dx bench on this CPU's best engines)")
     print(f"{'shape':6} {'dtype':5} {'layout':6} {'call':>8} {'packed':>8} {'pack':>7} {'vs NDHWC':>9}"
           f" {'1 thr':>8} {'2/1 thr':>8} {'%peak in':>9}  engine")
@@ -62,7 +81,7 @@ def decomposition(cli, shapes):
             for layout in ("NCDHW", "NDHWC"):
                 r2, r1 = runs[(layout, 2)][name], runs[(layout, 1)][name]
                 ndhwc = runs[("NDHWC", 2)][name]["median_ms"]
-                eff = inside_flops(r2["problem"]) / (r2["median_ms"] * 1e6) / PEAK_GFLOPS[dtype] * 100
+                eff = inside_flops(r2["problem"]) / (r2["median_ms"] * 1e6) / engine_peak(peak, r2["engine"]) * 100
                 print(f"{name:6} {dtype:5} {layout:6} {r2['median_ms']:8.3f} {r2['packed_median_ms']:8.3f}"
                       f" {r2['median_ms'] - r2['packed_median_ms']:7.3f} {r2['median_ms'] - ndhwc:+9.3f}"
                       f" {r1['median_ms']:8.3f} {r1['median_ms'] / r2['median_ms']:8.2f} {eff:8.0f}%  {r2['engine']}")

@@ -59,4 +59,7 @@ bool wants_help(const std::vector<std::string>& args);
 // Help text for a list of flags, one per line, aligned.
 std::string format_flags(const std::vector<FlagSpec>& flags);
 
+// s as a JSON string literal: quoted, with quotes, backslashes and control characters escaped.
+std::string json_string(const std::string& s);
+
 }  // namespace conv3d_dx::cli

@@ -116,23 +116,6 @@ std::vector<Job> suite_jobs(const ParsedAttributes& base, const std::vector<std:
   return jobs;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 int bench_command(const std::vector<std::string>& argv) {

@@ -11,5 +11,6 @@ int run_command(const std::vector<std::string>& args);
 int validate_command(const std::vector<std::string>& args);
 int demo_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
+int peak_command(const std::vector<std::string>& args);
 
 }  // namespace conv3d_dx::cli

@@ -24,6 +24,7 @@ commands:
   validate   check a problem given by shapes; print it and the Ascend compatibility report
   demo       the built-in main job: a realistic problem on random data, timed and checked
   bench      time the operator on random data (one problem or --suite default), --json for scripts
+  peak       measure this CPU's multiply-add peaks (fp32 FMA, vdpbf16ps, AMX), the rates shares of peak use
 
   conv3d-dx <command> --help   flags of a command
   conv3d-dx --version          the version
@@ -51,8 +52,9 @@ int dispatch(const std::vector<std::string>& args) {
   if (command == "validate") return validate_command(rest);
   if (command == "demo") return demo_command(rest);
   if (command == "bench") return bench_command(rest);
-  throw CliError(
-      2, "unknown command '" + command + "' (expected run, validate, demo or bench; see conv3d-dx --help)");
+  if (command == "peak") return peak_command(rest);
+  throw CliError(2, "unknown command '" + command +
+                        "' (expected run, validate, demo, bench or peak; see conv3d-dx --help)");
 }
 
 }  // namespace

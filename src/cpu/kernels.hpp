@@ -179,4 +179,12 @@ const AmxKernels& amx_kernels();    // only after cpu_supports(Isa::amx_bf16)
 // Releases this thread's AMX tile state (after its last AMX tile of a call); a no-op when it holds none.
 void amx_release();
 
+// Peak-rate probes (`conv3d-dx peak`): `rounds` rounds of multiply-adds into independent accumulators held in
+// registers (more than latency x throughput of the instruction, no memory operands); each returns the flops
+// it did. Only after cpu_supports() of its instruction set (avx512_bf16 for the vdpbf16ps one).
+std::int64_t peak_fma_avx2(std::int64_t rounds);       // vfmadd231ps ymm: 16 flops each
+std::int64_t peak_fma_avx512(std::int64_t rounds);     // vfmadd231ps zmm: 32 flops each
+std::int64_t peak_dpbf16_avx512(std::int64_t rounds);  // vdpbf16ps zmm: 64 flops each
+std::int64_t peak_tdpbf16_amx(std::int64_t rounds);    // tdpbf16ps 16 x 16 x 32: 16384 flops each
+
 }  // namespace conv3d_dx::cpu

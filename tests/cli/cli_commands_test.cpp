@@ -5,6 +5,7 @@
 #include <map>
 #include <variant>
 
+#include "common/engine.hpp"
 #include "support.hpp"
 
 namespace conv3d_dx::cli::testing {
@@ -224,6 +225,51 @@ TEST(Bench, SuiteShapesSelectProblems) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
 }
 
+// One row per instruction the CPU allows and thread count, and none for the others; rates positive and
+// within what any CPU does (a wrong flop count per instruction would be off by orders of magnitude).
+TEST(Peak, JsonRowsForEachInstructionTheCpuAllows) {
+  const ProcessResult r = run_cli({"peak", "--threads", "2", "--seconds", "0.01", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::vector<double>> threads_by_isa;
+  std::size_t start = 0;
+  for (std::size_t end; (end = r.out.find('\n', start)) != std::string::npos; start = end + 1) {
+    const auto obj = parse_flat_json(r.out.substr(start, end - start));
+    ASSERT_TRUE(obj.count("isa") && obj.count("threads") && obj.count("gflops") && obj.count("instruction"))
+        << r.out;
+    const std::string isa = std::get<std::string>(obj.at("isa"));
+    threads_by_isa[isa].push_back(std::get<double>(obj.at("threads")));
+    const double gflops = std::get<double>(obj.at("gflops"));
+    EXPECT_GT(gflops, 0.1) << isa;
+    EXPECT_LT(gflops, 1e5) << isa;
+    EXPECT_FALSE(std::get<std::string>(obj.at("instruction")).empty());
+    EXPECT_FALSE(std::get<std::string>(obj.at("cpu")).empty());
+  }
+  EXPECT_EQ(start, r.out.size()) << "unterminated line in " << r.out;
+  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx_bf16}) {
+    const auto rows = threads_by_isa.find(to_string(isa));
+    if (!cpu_supports(isa)) {
+      EXPECT_EQ(rows, threads_by_isa.end()) << to_string(isa) << " measured on a CPU without it";
+      continue;
+    }
+    ASSERT_NE(rows, threads_by_isa.end()) << to_string(isa) << " missing from " << r.out;
+    EXPECT_EQ(rows->second, (std::vector<double>{1, 2})) << to_string(isa);
+  }
+  for (const auto& [isa, rows] : threads_by_isa)
+    EXPECT_TRUE(isa == "avx2" || isa == "avx512" || isa == "avx512_bf16" || isa == "amx_bf16") << isa;
+
+  const ProcessResult table = run_cli({"peak", "--threads", "1", "--seconds", "0.01"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out.rfind("cpu: ", 0), 0u) << table.out;
+  EXPECT_NE(table.out.find("GFLOP/s"), std::string::npos) << table.out;
+
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--threads", "0"}, {"--seconds", "0"}, {"--seconds", "fast"}, {"--seconds", "0.1s"}}) {
+    const ProcessResult bad = run_cli({"peak", flag, value});
+    EXPECT_EQ(bad.exit_code, 2) << flag << " " << value;
+    EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
+  }
+}
+
 TEST(Demo, QuickDemoPassesItsCheck) {
   const ProcessResult r = run_cli({"demo", "--quick", "--threads", "2"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -233,8 +279,12 @@ TEST(Demo, QuickDemoPassesItsCheck) {
 }
 
 TEST(Help, EveryCommandHasHelpAndVersionWorks) {
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"--help"}, {"run", "--help"}, {"validate", "--help"}, {"demo", "--help"}, {"bench", "--help"}}) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{"--help"},
+                                                                                    {"run", "--help"},
+                                                                                    {"validate", "--help"},
+                                                                                    {"demo", "--help"},
+                                                                                    {"bench", "--help"},
+                                                                                    {"peak", "--help"}}) {
     const ProcessResult r = run_cli(args);
     EXPECT_EQ(r.exit_code, 0) << args[0];
     EXPECT_NE(r.out.find("usage: conv3d-dx"), std::string::npos) << r.out;

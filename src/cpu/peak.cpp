@@ -1,0 +1,79 @@
+#include "cpu/peak.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include "cpu/kernels.hpp"
+
+namespace conv3d_dx::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Probe = std::int64_t (*)(std::int64_t rounds);
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Total flops over wall-clock seconds of `threads` threads each running probe(rounds), released together.
+double run_rate(Probe probe, int threads, std::int64_t rounds) {
+  std::atomic<bool> go{false};
+  std::atomic<std::int64_t> flops{0};
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&] {
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      flops += probe(rounds);
+    });
+  const Clock::time_point start = Clock::now();
+  go.store(true, std::memory_order_release);
+  for (std::thread& w : workers) w.join();
+  return static_cast<double>(flops.load()) / seconds_since(start) / 1e9;
+}
+
+// Rounds that take about `seconds` on one thread, from runs doubling until one takes a tenth of that (which
+// also brings the core to its working clock).
+std::int64_t calibrate(Probe probe, double seconds) {
+  for (std::int64_t rounds = 1024;; rounds *= 2) {
+    const Clock::time_point start = Clock::now();
+    probe(rounds);
+    const double took = seconds_since(start);
+    if (took >= seconds / 10 || rounds >= (std::int64_t{1} << 40))
+      return std::max<std::int64_t>(1,
+                                    static_cast<std::int64_t>(static_cast<double>(rounds) * seconds / took));
+  }
+}
+
+}  // namespace
+
+std::vector<PeakRate> measure_peaks(int threads, double seconds) {
+  struct Candidate {
+    const char* instruction;
+    Isa isa;
+    Probe probe;
+  };
+  const Candidate candidates[] = {
+      {"vfmadd231ps ymm (fp32)", Isa::avx2, &peak_fma_avx2},
+      {"vfmadd231ps zmm (fp32)", Isa::avx512, &peak_fma_avx512},
+      {"vdpbf16ps zmm (bf16 pairs)", Isa::avx512_bf16, &peak_dpbf16_avx512},
+      {"tdpbf16ps 16x16x32 (bf16 tiles)", Isa::amx_bf16, &peak_tdpbf16_amx},
+  };
+  constexpr int kTrials = 3;  // noise only ever slows a run down: the best of a few
+  std::vector<PeakRate> rates;
+  for (const Candidate& c : candidates) {
+    if (!cpu_supports(c.isa)) continue;
+    const std::int64_t rounds = calibrate(c.probe, seconds);
+    for (const int t : threads > 1 ? std::vector<int>{1, threads} : std::vector<int>{1}) {
+      double best = 0;
+      for (int trial = 0; trial < kTrials; ++trial) best = std::max(best, run_rate(c.probe, t, rounds));
+      rates.push_back({c.instruction, c.isa, t, best});
+    }
+  }
+  return rates;
+}
+
+}  // namespace conv3d_dx::cpu

@@ -1,0 +1,83 @@
+// `conv3d-dx peak`: this CPU's measured multiply-add peaks, the rates shares of peak are taken against.
+#include "cpu/peak.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <thread>
+
+#include "args.hpp"
+#include "commands.hpp"
+#include "common/cpu_model.hpp"
+
+namespace conv3d_dx::cli {
+
+namespace {
+
+const char* const kPeakHelp = R"(usage: conv3d-dx peak [--threads T] [--seconds S] [--json]
+
+Measures this CPU's peak multiply-add rates: long runs of independent multiply-adds held in registers, for
+each instruction the CPU (and, for AMX, Linux) allows — fp32 FMA on AVX2 and AVX-512 vectors, vdpbf16ps,
+AMX tdpbf16ps — on one thread and on T threads at once. GFLOP/s is the best of three runs (noise only slows
+a run down). Benchmark shares of peak are taken against these; they move with the clock, so measure them
+next to the benchmark they are compared with.
+
+Exit status: 0 success, 2 invalid parameters.
+
+options:
+)";
+
+std::vector<FlagSpec> peak_flags() {
+  return {
+      {"--threads", "T", "threads for the second measurement (default: all hardware threads)"},
+      {"--seconds", "S", "seconds each thread runs per measurement, 0.01 to 10 (default 0.1)"},
+      {"--json", "", "print one JSON object per measurement instead of a table"},
+  };
+}
+
+}  // namespace
+
+int peak_command(const std::vector<std::string>& argv) {
+  const std::vector<FlagSpec> flags = peak_flags();
+  if (wants_help(argv)) {
+    std::cout << kPeakHelp << format_flags(flags);
+    return 0;
+  }
+  const Args args(argv, flags, "peak");
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = args.has("--threads")
+                          ? static_cast<int>(parse_int("--threads", *args.get("--threads"), 1, 4 * hardware))
+                          : static_cast<int>(hardware);
+  double seconds = 0.1;
+  if (const auto s = args.get("--seconds")) {
+    std::size_t used = 0;
+    try {
+      seconds = std::stod(*s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != s->size() || !(seconds >= 0.01 && seconds <= 10))
+      throw usage_error("--seconds", "'" + *s + "' is not a number of seconds in [0.01, 10]");
+  }
+  const bool json = args.has("--json");
+
+  const CpuModel& cpu = host_cpu_model();
+  if (!json) {
+    std::printf("cpu: %s\n", cpu.describe().c_str());
+    std::printf("%-32s %-12s %7s %10s\n", "instruction", "isa", "threads", "GFLOP/s");
+  }
+  for (const cpu::PeakRate& r : cpu::measure_peaks(threads, seconds)) {
+    if (json)
+      std::printf(
+          "{\"instruction\": %s, \"isa\": \"%s\", \"threads\": %d, \"gflops\": %.6g, \"cpu\": %s, "
+          "\"uarch\": \"%s\"}\n",
+          json_string(r.instruction).c_str(), to_string(r.isa), r.threads, r.gflops,
+          json_string(cpu.name).c_str(), to_string(cpu.uarch));
+    else
+      std::printf("%-32s %-12s %7d %10.1f\n", r.instruction.c_str(), to_string(r.isa), r.threads, r.gflops);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace conv3d_dx::cli
