@@ -2,6 +2,7 @@
 // every dtype and layout, tile edges (tile - 1, tile, tile + 1 in pixels and channels), strides, dilations,
 // asymmetric pads, groups; exact on small integers; bitwise equal for 1 and 2 threads.
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -1522,6 +1523,37 @@ TEST(CpuKernels, VectorWideningMatchesNumeric) {
     }
   }
   if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has vector widening kernels";
+}
+
+// copy_uncached: plain stores up to dst's first vector boundary, streaming stores, plain stores after; every
+// split of a run (start offsets across a 64-byte line, lengths around the vector widths) copies exactly
+// [0, n) and touches nothing either side.
+TEST(CpuKernels, UncachedCopyMatchesAtEveryAlignmentAndLength) {
+  std::vector<float> src(1200);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.25f;
+  const float guard = -7.5f;
+  int sets_checked = 0;
+  for (Isa isa : {Isa::avx512, Isa::avx2}) {
+    if (!cpu_supports(isa)) continue;
+    const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
+    if (ks.copy_uncached == nullptr) continue;
+    ++sets_checked;
+    cpu::AlignedPtr buffer = cpu::alloc_zeroed64(4 * 1100, "test buffer");
+    float* base = static_cast<float*>(buffer.get());
+    for (std::int64_t at = 0; at < 18; ++at)
+      for (std::int64_t n : {0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1000}) {
+        std::fill(base, base + 1100, guard);
+        const float* from = src.data() + at % 5;
+        ks.copy_uncached(from, base + at, n);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        for (std::int64_t i = 0; i < 1100; ++i) {
+          const bool inside = i >= at && i < at + n;
+          ASSERT_EQ(base[i], inside ? from[i - at] : guard)
+              << to_string(isa) << ": dst offset " << at << ", n " << n << ", element " << i - at;
+        }
+      }
+  }
+  if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has an uncached copy";
 }
 
 // The phase decomposition reaches exactly the (kernel index, dy index) pairs of the definition.
