@@ -67,6 +67,7 @@ def engine_peak(peak, engine):
     for suffix in ("amx_bf16", "avx512_bf16", "avx512", "avx2"):
         if engine.endswith(suffix):
             return peak[suffix]
+    # Engines named without an instruction set (direct, pointwise) run fp32 FMAs on the widest vectors.
     return peak.get("avx512", peak.get("avx2", float("nan")))
 
 

@@ -1,8 +1,9 @@
 // The fast CPU engines (src/cpu) against the float64 reference: every ISA level the CPU has (others skip),
 // every dtype and layout, tile edges (tile - 1, tile, tile + 1 in pixels and channels), strides, dilations,
 // asymmetric pads, groups; exact on small integers; bitwise equal for 1 and 2 threads.
+#include <immintrin.h>
+
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -1538,15 +1539,17 @@ TEST(CpuKernels, UncachedCopyMatchesAtEveryAlignmentAndLength) {
     const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
     if (ks.copy_uncached == nullptr) continue;
     ++sets_checked;
-    cpu::AlignedPtr buffer = cpu::alloc_zeroed64(4 * 1100, "test buffer");
-    float* base = static_cast<float*>(buffer.get());
+    // 16 floats of guard before base, so a store before dst at offset 0 is caught too.
+    cpu::AlignedPtr buffer = cpu::alloc_zeroed64(4 * 1132, "test buffer");
+    float* const lead = static_cast<float*>(buffer.get());
+    float* const base = lead + 16;
     for (std::int64_t at = 0; at < 18; ++at)
       for (std::int64_t n : {0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1000}) {
-        std::fill(base, base + 1100, guard);
+        std::fill(lead, lead + 1132, guard);
         const float* from = src.data() + at % 5;
         ks.copy_uncached(from, base + at, n);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        for (std::int64_t i = 0; i < 1100; ++i) {
+        _mm_sfence();  // the kernel's contract: the caller fences its streaming stores before reading dst
+        for (std::int64_t i = -16; i < 1116; ++i) {
           const bool inside = i >= at && i < at + n;
           ASSERT_EQ(base[i], inside ? from[i - at] : guard)
               << to_string(isa) << ": dst offset " << at << ", n " << n << ", element " << i - at;
@@ -1554,6 +1557,31 @@ TEST(CpuKernels, UncachedCopyMatchesAtEveryAlignmentAndLength) {
       }
   }
   if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has an uncached copy";
+}
+
+// The peak probes' flop counts are the work they did: every product is 2^-40, so the sum of all their
+// accumulator lanes is (multiply-adds done) x 2^-40, exactly at these round counts; flops are twice that.
+TEST(CpuKernels, PeakProbesCountTheMultiplyAddsTheyDo) {
+  const std::pair<Isa, std::int64_t (*)(std::int64_t, double*)> probes[] = {
+      {Isa::avx2, &cpu::peak_fma_avx2},
+      {Isa::avx512, &cpu::peak_fma_avx512},
+      {Isa::avx512_bf16, &cpu::peak_dpbf16_avx512},
+      {Isa::amx_bf16, &cpu::peak_tdpbf16_amx},
+  };
+  int probes_checked = 0;
+  for (const auto& [isa, probe] : probes) {
+    if (!cpu_supports(isa)) continue;
+    ++probes_checked;
+    for (const std::int64_t rounds : {1, 3, 1000}) {
+      double accumulated = -1;
+      const std::int64_t flops = probe(rounds, &accumulated);
+      EXPECT_GT(flops, 0) << to_string(isa);
+      EXPECT_EQ(static_cast<double>(flops), 2 * accumulated * 0x1p40)
+          << to_string(isa) << ", " << rounds << " rounds";
+      EXPECT_EQ(probe(2 * rounds, nullptr), 2 * flops) << to_string(isa);
+    }
+  }
+  if (probes_checked == 0) GTEST_SKIP() << "this CPU has none of the probed instruction sets";
 }
 
 // The phase decomposition reaches exactly the (kernel index, dy index) pairs of the definition.

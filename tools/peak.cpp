@@ -1,9 +1,9 @@
 // `conv3d-dx peak`: this CPU's measured multiply-add peaks, the rates shares of peak are taken against.
 #include "cpu/peak.hpp"
 
+#include <charconv>
 #include <cstdio>
 #include <iostream>
-#include <limits>
 #include <thread>
 
 #include "args.hpp"
@@ -17,20 +17,22 @@ namespace {
 const char* const kPeakHelp = R"(usage: conv3d-dx peak [--threads T] [--seconds S] [--json]
 
 Measures this CPU's peak multiply-add rates: long runs of independent multiply-adds held in registers, for
-each instruction the CPU (and, for AMX, Linux) allows — fp32 FMA on AVX2 and AVX-512 vectors, vdpbf16ps,
-AMX tdpbf16ps — on one thread and on T threads at once. GFLOP/s is the best of three runs (noise only slows
+each instruction the CPU (and, for AMX, Linux) allows (fp32 FMA on AVX2 and AVX-512 vectors, vdpbf16ps,
+AMX tdpbf16ps) on one thread and on T threads at once. GFLOP/s is the best of three runs (noise only slows
 a run down). Benchmark shares of peak are taken against these; they move with the clock, so measure them
 next to the benchmark they are compared with.
 
-Exit status: 0 success, 2 invalid parameters.
+Exit status: 0 success, 2 invalid parameters, 1 other failures.
 
 options:
 )";
 
 std::vector<FlagSpec> peak_flags() {
   return {
-      {"--threads", "T", "threads for the second measurement (default: all hardware threads)"},
-      {"--seconds", "S", "seconds each thread runs per measurement, 0.01 to 10 (default 0.1)"},
+      {"--threads", "T", "threads for the second measurement, 0 for all hardware threads (the default)"},
+      {"--seconds", "S",
+       "seconds per measurement, 0.01 to 10 (default 0.1): the work one thread does in S, each thread does "
+       "it"},
       {"--json", "", "print one JSON object per measurement instead of a table"},
   };
 }
@@ -45,18 +47,14 @@ int peak_command(const std::vector<std::string>& argv) {
   }
   const Args args(argv, flags, "peak");
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = args.has("--threads")
-                          ? static_cast<int>(parse_int("--threads", *args.get("--threads"), 1, 4 * hardware))
-                          : static_cast<int>(hardware);
+  const std::int64_t asked =
+      args.has("--threads") ? parse_int("--threads", *args.get("--threads"), 0, 4 * hardware) : 0;
+  const int threads = asked == 0 ? static_cast<int>(hardware) : static_cast<int>(asked);
   double seconds = 0.1;
   if (const auto s = args.get("--seconds")) {
-    std::size_t used = 0;
-    try {
-      seconds = std::stod(*s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != s->size() || !(seconds >= 0.01 && seconds <= 10))
+    const char* const end = s->data() + s->size();
+    const auto [ptr, ec] = std::from_chars(s->data(), end, seconds);
+    if (s->empty() || ec != std::errc() || ptr != end || !(seconds >= 0.01 && seconds <= 10))
       throw usage_error("--seconds", "'" + *s + "' is not a number of seconds in [0.01, 10]");
   }
   const bool json = args.has("--json");

@@ -181,10 +181,13 @@ void amx_release();
 
 // Peak-rate probes (`conv3d-dx peak`): `rounds` rounds of multiply-adds into independent accumulators held in
 // registers (more than latency x throughput of the instruction, no memory operands); each returns the flops
-// it did. Only after cpu_supports() of its instruction set (avx512_bf16 for the vdpbf16ps one).
-std::int64_t peak_fma_avx2(std::int64_t rounds);       // vfmadd231ps ymm: 16 flops each
-std::int64_t peak_fma_avx512(std::int64_t rounds);     // vfmadd231ps zmm: 32 flops each
-std::int64_t peak_dpbf16_avx512(std::int64_t rounds);  // vdpbf16ps zmm: 64 flops each
-std::int64_t peak_tdpbf16_amx(std::int64_t rounds);    // tdpbf16ps 16 x 16 x 32: 16384 flops each
+// it did. Every product is 2^-40 (operands 2^-20), so when `accumulated` is not null it receives the sum of
+// all accumulator lanes, exactly (products count) x 2^-40 while the lanes stay below 2^-16: the flops
+// returned are twice that count. Only after cpu_supports() of its instruction set (avx512_bf16 for
+// vdpbf16ps).
+std::int64_t peak_fma_avx2(std::int64_t rounds, double* accumulated);       // vfmadd231ps ymm: 16 flops each
+std::int64_t peak_fma_avx512(std::int64_t rounds, double* accumulated);     // vfmadd231ps zmm: 32 flops each
+std::int64_t peak_dpbf16_avx512(std::int64_t rounds, double* accumulated);  // vdpbf16ps zmm: 64 flops each
+std::int64_t peak_tdpbf16_amx(std::int64_t rounds, double* accumulated);    // tdpbf16ps 16x16x32: 16384 each
 
 }  // namespace conv3d_dx::cpu

@@ -199,7 +199,7 @@ void amx_release() {
 // Four independent 16 x 16 x 32 products per round (C0..C3 from A4, A5 and B6, B7) on operands loaded once:
 // each tdpbf16ps waits only for its own accumulator. The bf16 operands are 2^-20, so nothing is flushed.
 // Configures the tiles itself and releases them (the engine's next tile configures again).
-std::int64_t peak_tdpbf16_amx(std::int64_t rounds) {
+std::int64_t peak_tdpbf16_amx(std::int64_t rounds, double* accumulated) {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = 16;
@@ -207,7 +207,11 @@ std::int64_t peak_tdpbf16_amx(std::int64_t rounds) {
   }
   alignas(64) std::uint16_t operand[16 * 32];
   for (std::uint16_t& v : operand) v = 0x3580;
-  alignas(64) float result[16 * 16];
+  __asm__ volatile(""
+                   :
+                   : "m"(operand));  // the tile loads below read operand through a pointer the compiler
+                                     // may not see into
+  alignas(64) float result[4][16 * 16];
   _tile_loadconfig(&cfg);
   _tile_zero(0);
   _tile_zero(1);
@@ -223,10 +227,18 @@ std::int64_t peak_tdpbf16_amx(std::int64_t rounds) {
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  _tile_stored(0, result, 64);
+  _tile_stored(0, result[0], 64);
+  _tile_stored(1, result[1], 64);
+  _tile_stored(2, result[2], 64);
+  _tile_stored(3, result[3], 64);
   _tile_release();
   loaded_shape = 0;
   __asm__ volatile("" : : "m"(result));
+  if (accumulated != nullptr) {
+    *accumulated = 0;
+    for (const auto& tile : result)
+      for (const float v : tile) *accumulated += v;
+  }
   return rounds * 4 * 16 * 16 * 32 * 2;
 }
 

@@ -292,7 +292,7 @@ const KernelSet& avx2_kernels() {
 // The accumulators are handed to an empty asm at the end so the multiply-adds are not optimised away; `x`
 // and `w` are made opaque each round so no product is hoisted out of the loop.
 // 12 accumulators: AVX2 has 16 vector registers, x and w take two.
-std::int64_t peak_fma_avx2(std::int64_t rounds) {
+std::int64_t peak_fma_avx2(std::int64_t rounds, double* accumulated) {
   constexpr int kAcc = 12;
   __m256 acc[kAcc];
   for (__m256& a : acc) a = _mm256_setzero_ps();
@@ -303,6 +303,14 @@ std::int64_t peak_fma_avx2(std::int64_t rounds) {
     __asm__ volatile("" : "+x"(x), "+x"(w));
   }
   for (const __m256& a : acc) __asm__ volatile("" : : "x"(a));
+  if (accumulated != nullptr) {
+    *accumulated = 0;
+    for (const __m256& a : acc) {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, a);
+      for (const float v : lanes) *accumulated += v;
+    }
+  }
   return rounds * kAcc * 16;
 }
 

@@ -594,9 +594,25 @@ const KernelSet& avx512_kernels() {
   return set;
 }
 
+namespace {
+
+// The sum of every lane of the probes' 16 accumulators, in double.
+double lane_sum(const __m512 (&acc)[16]) {
+  double sum = 0;
+  for (const __m512& a : acc) {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, a);
+    for (const float v : lanes) sum += v;
+  }
+  return sum;
+}
+
+}  // namespace
+
 // The accumulators are handed to an empty asm at the end so the multiply-adds are not optimised away; `x`
 // and `w` are made opaque each round so no product is hoisted out of the loop.
-std::int64_t peak_fma_avx512(std::int64_t rounds) {
+
+std::int64_t peak_fma_avx512(std::int64_t rounds, double* accumulated) {
   constexpr int kAcc = 16;
   __m512 acc[kAcc];
   for (__m512& a : acc) a = _mm512_setzero_ps();
@@ -607,11 +623,12 @@ std::int64_t peak_fma_avx512(std::int64_t rounds) {
     __asm__ volatile("" : "+v"(x), "+v"(w));
   }
   for (const __m512& a : acc) __asm__ volatile("" : : "v"(a));
+  if (accumulated != nullptr) *accumulated = lane_sum(acc);
   return rounds * kAcc * 32;
 }
 
 // x and w hold the bf16 pairs (2^-20, 2^-20): products and sums stay normal, so nothing is flushed.
-std::int64_t peak_dpbf16_avx512(std::int64_t rounds) {
+std::int64_t peak_dpbf16_avx512(std::int64_t rounds, double* accumulated) {
   constexpr int kAcc = 16;
   __m512 acc[kAcc];
   for (__m512& a : acc) a = _mm512_setzero_ps();
@@ -623,6 +640,7 @@ std::int64_t peak_dpbf16_avx512(std::int64_t rounds) {
     __asm__ volatile("" : "+v"(x), "+v"(w));
   }
   for (const __m512& a : acc) __asm__ volatile("" : : "v"(a));
+  if (accumulated != nullptr) *accumulated = lane_sum(acc);
   return rounds * kAcc * 64;
 }
 

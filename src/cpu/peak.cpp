@@ -12,40 +12,51 @@ namespace conv3d_dx::cpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Probe = std::int64_t (*)(std::int64_t rounds);
+using Probe = std::int64_t (*)(std::int64_t rounds, double* accumulated);
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 // Total flops over wall-clock seconds of `threads` threads each running probe(rounds), released together.
+// A thread the system refuses ends the measurement with its error, after the started ones are joined.
 double run_rate(Probe probe, int threads, std::int64_t rounds) {
   std::atomic<bool> go{false};
   std::atomic<std::int64_t> flops{0};
   std::vector<std::thread> workers;
   workers.reserve(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t)
-    workers.emplace_back([&] {
-      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-      flops += probe(rounds);
-    });
+  try {
+    for (int t = 0; t < threads; ++t)
+      workers.emplace_back([&] {
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        flops += probe(rounds, nullptr);
+      });
+  } catch (...) {
+    go.store(true, std::memory_order_release);
+    for (std::thread& w : workers) w.join();
+    throw;
+  }
   const Clock::time_point start = Clock::now();
   go.store(true, std::memory_order_release);
   for (std::thread& w : workers) w.join();
   return static_cast<double>(flops.load()) / seconds_since(start) / 1e9;
 }
 
-// Rounds that take about `seconds` on one thread, from runs doubling until one takes a tenth of that (which
-// also brings the core to its working clock).
+// Rounds that take about `seconds` on one thread: runs double until one takes a tenth of that (which also
+// brings the core to its working clock); that count is timed twice more and the fastest of the three scaled,
+// since noise only ever slows a run down.
 std::int64_t calibrate(Probe probe, double seconds) {
-  for (std::int64_t rounds = 1024;; rounds *= 2) {
+  auto time = [probe](std::int64_t rounds) {
     const Clock::time_point start = Clock::now();
-    probe(rounds);
-    const double took = seconds_since(start);
-    if (took >= seconds / 10 || rounds >= (std::int64_t{1} << 40))
-      return std::max<std::int64_t>(1,
-                                    static_cast<std::int64_t>(static_cast<double>(rounds) * seconds / took));
-  }
+    probe(rounds, nullptr);
+    return seconds_since(start);
+  };
+  std::int64_t rounds = 1024;
+  double took = time(rounds);
+  while (took < seconds / 10 && rounds < (std::int64_t{1} << 40)) took = time(rounds *= 2);
+  took = std::min({took, time(rounds), time(rounds)});
+  if (!(took > 0)) return rounds;
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(rounds) * seconds / took));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <variant>
 
@@ -239,8 +240,7 @@ TEST(Peak, JsonRowsForEachInstructionTheCpuAllows) {
     const std::string isa = std::get<std::string>(obj.at("isa"));
     threads_by_isa[isa].push_back(std::get<double>(obj.at("threads")));
     const double gflops = std::get<double>(obj.at("gflops"));
-    EXPECT_GT(gflops, 0.1) << isa;
-    EXPECT_LT(gflops, 1e5) << isa;
+    EXPECT_TRUE(std::isfinite(gflops) && gflops > 0) << isa << ": " << gflops;
     EXPECT_FALSE(std::get<std::string>(obj.at("instruction")).empty());
     EXPECT_FALSE(std::get<std::string>(obj.at("cpu")).empty());
   }
@@ -257,13 +257,19 @@ TEST(Peak, JsonRowsForEachInstructionTheCpuAllows) {
   for (const auto& [isa, rows] : threads_by_isa)
     EXPECT_TRUE(isa == "avx2" || isa == "avx512" || isa == "avx512_bf16" || isa == "amx_bf16") << isa;
 
-  const ProcessResult table = run_cli({"peak", "--threads", "1", "--seconds", "0.01"});
+  // --threads 0: all hardware threads, as without the flag.
+  const ProcessResult table = run_cli({"peak", "--threads", "0", "--seconds", "0.01"});
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_EQ(table.out.rfind("cpu: ", 0), 0u) << table.out;
   EXPECT_NE(table.out.find("GFLOP/s"), std::string::npos) << table.out;
 
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--threads", "0"}, {"--seconds", "0"}, {"--seconds", "fast"}, {"--seconds", "0.1s"}}) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{{"--threads", "-1"},
+                                                                                    {"--seconds", "0"},
+                                                                                    {"--seconds", ""},
+                                                                                    {"--seconds", " 0.5"},
+                                                                                    {"--seconds", "nan"},
+                                                                                    {"--seconds", "fast"},
+                                                                                    {"--seconds", "0.1s"}}) {
     const ProcessResult bad = run_cli({"peak", flag, value});
     EXPECT_EQ(bad.exit_code, 2) << flag << " " << value;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
