@@ -90,11 +90,18 @@ struct Tile {
         });
       }
     }
-    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
-      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-        V::store(a.tile + p * a.tile_ps + v * V::kLanes, acc[p][v]);
+    if (a.stream)
+      static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+        static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+          V::stream(a.tile + p * a.tile_ps + v * V::kLanes, acc[p][v]);
+        });
       });
-    });
+    else
+      static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+        static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+          V::store(a.tile + p * a.tile_ps + v * V::kLanes, acc[p][v]);
+        });
+      });
   }
 };
 
