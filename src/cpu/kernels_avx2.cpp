@@ -290,28 +290,12 @@ const KernelSet& avx2_kernels() {
   return set;
 }
 
-// The accumulators are handed to an empty asm at the end so the multiply-adds are not optimised away; `x`
-// and `w` are made opaque each round so no product is hoisted out of the loop.
 // 12 accumulators: AVX2 has 16 vector registers, x and w take two.
 std::int64_t peak_fma_avx2(std::int64_t rounds, double* accumulated) {
   constexpr int kAcc = 12;
-  __m256 acc[kAcc];
-  for (__m256& a : acc) a = _mm256_setzero_ps();
-  __m256 x = _mm256_set1_ps(0x1p-20f), w = _mm256_set1_ps(0x1p-20f);
-  for (std::int64_t r = 0; r < rounds; ++r) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kAcc; ++i) acc[i] = _mm256_fmadd_ps(x, w, acc[i]);
-    __asm__ volatile("" : "+x"(x), "+x"(w));
-  }
-  for (const __m256& a : acc) __asm__ volatile("" : : "x"(a));
-  if (accumulated != nullptr) {
-    *accumulated = 0;
-    for (const __m256& a : acc) {
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, a);
-      for (const float v : lanes) *accumulated += v;
-    }
-  }
+  avx2::peak_loop<avx2::V, kAcc>(
+      rounds, _mm256_set1_ps(0x1p-20f), _mm256_set1_ps(0x1p-20f),
+      [](__m256 a, __m256 x, __m256 w) { return _mm256_fmadd_ps(x, w, a); }, accumulated);
   return rounds * kAcc * 16;
 }
 

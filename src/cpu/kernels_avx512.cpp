@@ -595,53 +595,22 @@ const KernelSet& avx512_kernels() {
   return set;
 }
 
-namespace {
-
-// The sum of every lane of the probes' 16 accumulators, in double.
-double lane_sum(const __m512 (&acc)[16]) {
-  double sum = 0;
-  for (const __m512& a : acc) {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, a);
-    for (const float v : lanes) sum += v;
-  }
-  return sum;
-}
-
-}  // namespace
-
-// The accumulators are handed to an empty asm at the end so the multiply-adds are not optimised away; `x`
-// and `w` are made opaque each round so no product is hoisted out of the loop.
-
 std::int64_t peak_fma_avx512(std::int64_t rounds, double* accumulated) {
   constexpr int kAcc = 16;
-  __m512 acc[kAcc];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  __m512 x = _mm512_set1_ps(0x1p-20f), w = _mm512_set1_ps(0x1p-20f);
-  for (std::int64_t r = 0; r < rounds; ++r) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_fmadd_ps(x, w, acc[i]);
-    __asm__ volatile("" : "+v"(x), "+v"(w));
-  }
-  for (const __m512& a : acc) __asm__ volatile("" : : "v"(a));
-  if (accumulated != nullptr) *accumulated = lane_sum(acc);
+  avx512::peak_loop<avx512::V, kAcc>(
+      rounds, _mm512_set1_ps(0x1p-20f), _mm512_set1_ps(0x1p-20f),
+      [](__m512 a, __m512 x, __m512 w) { return _mm512_fmadd_ps(x, w, a); }, accumulated);
   return rounds * kAcc * 32;
 }
 
 // x and w hold the bf16 pairs (2^-20, 2^-20): products and sums stay normal, so nothing is flushed.
 std::int64_t peak_dpbf16_avx512(std::int64_t rounds, double* accumulated) {
   constexpr int kAcc = 16;
-  __m512 acc[kAcc];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  __m512 x = _mm512_castsi512_ps(_mm512_set1_epi16(0x3580)),
-         w = _mm512_castsi512_ps(_mm512_set1_epi16(0x3580));
-  for (std::int64_t r = 0; r < rounds; ++r) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)x, (__m512bh)w);
-    __asm__ volatile("" : "+v"(x), "+v"(w));
-  }
-  for (const __m512& a : acc) __asm__ volatile("" : : "v"(a));
-  if (accumulated != nullptr) *accumulated = lane_sum(acc);
+  const __m512 pairs = _mm512_castsi512_ps(_mm512_set1_epi16(0x3580));
+  avx512::peak_loop<avx512::V, kAcc>(
+      rounds, pairs, pairs,
+      [](__m512 a, __m512 x, __m512 w) { return _mm512_dpbf16_ps(a, (__m512bh)x, (__m512bh)w); },
+      accumulated);
   return rounds * kAcc * 64;
 }
 

@@ -31,6 +31,30 @@ CONV3D_DX_INLINE void prefetch_lines(std::uintptr_t at, std::int64_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(at + static_cast<std::uintptr_t>(b)), _MM_HINT_T0);
 }
 
+// The peak probes' loop (kernels.hpp): `rounds` rounds of acc = step(acc, x, w) into kAcc accumulators of V
+// held in registers. x and w are made opaque each round so no product is hoisted out of the loop, and the
+// accumulators are handed to an empty asm at the end so nothing is optimised away. When `accumulated` is not
+// null it receives the sum of every accumulator lane, in double.
+template <class V, int kAcc, class Step>
+CONV3D_DX_INLINE void peak_loop(std::int64_t rounds, typename V::R x, typename V::R w, Step step,
+                                double* accumulated) {
+  typename V::R acc[kAcc];
+  for (auto& a : acc) a = V::zero();
+  for (std::int64_t r = 0; r < rounds; ++r) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kAcc; ++i) acc[i] = step(acc[i], x, w);
+    __asm__ volatile("" : "+v"(x), "+v"(w));
+  }
+  for (const auto& a : acc) __asm__ volatile("" : : "v"(a));
+  if (accumulated == nullptr) return;
+  *accumulated = 0;
+  for (const auto& a : acc) {
+    float lanes[V::kLanes];
+    V::store(lanes, a);
+    for (const float v : lanes) *accumulated += v;
+  }
+}
+
 // Step policies: S::In is the dy element type.
 template <class V>
 struct F32Step {
