@@ -129,29 +129,34 @@ TEST_F(GemmConfigTest, WTapsFuseOnlyWhenTheirDyPixelsAreConsecutive) {
   EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2, off).fuse_w);
 }
 
-// Row tiles stream into y only where they write it directly (fp32, contiguous channels) and y is over
-// twice the threads' L2 together.
-TEST_F(GemmConfigTest, TilesStreamIntoAnFp32YLargerThanTheL2s) {
+// Row tiles store y uncached only where they write it directly (fp32, contiguous channels), its pixels are
+// whole 64-byte lines and y is over twice the threads' L2 together.
+TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
   Case c;
   c.Cin = 64;
   c.Cout = 16;         // a small filter: row tasks, not planes
   c.in = {8, 32, 32};  // 2 MiB of fp32 y
   const Problem p = problem_of(c);
-  EXPECT_FALSE(cpu::gemm_config(p, with_l2(1 << 20), Isa::avx512, 2).stream_y);  // 4 MiB of L2
-  EXPECT_TRUE(cpu::gemm_config(p, with_l2(512 << 10), Isa::avx512, 1).stream_y);
-  EXPECT_TRUE(cpu::gemm_config(p, with_l2(256 << 10), Isa::avx512, 2).stream_y);
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(1 << 20), Isa::avx512, 2).uncached_y);  // 4 MiB of L2
+  EXPECT_TRUE(cpu::gemm_config(p, with_l2(512 << 10), Isa::avx512, 1).uncached_y);
+  EXPECT_TRUE(cpu::gemm_config(p, with_l2(256 << 10), Isa::avx512, 2).uncached_y);
   cpu::GemmTuning never;
-  never.stream_y = 0;
-  EXPECT_FALSE(cpu::gemm_config(p, with_l2(256 << 10), Isa::avx512, 2, never).stream_y);
+  never.uncached_y = 0;
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(256 << 10), Isa::avx512, 2, never).uncached_y);
   Case ncdhw = c;  // y staged a row at a time, stored per channel
   ncdhw.data_format = Layout::NCDHW;
-  EXPECT_FALSE(cpu::gemm_config(problem_of(ncdhw), with_l2(256 << 10), Isa::avx512, 2).stream_y);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(ncdhw), with_l2(256 << 10), Isa::avx512, 2).uncached_y);
   const Case bf16_y = with_dtype(c, DType::bf16);
-  EXPECT_FALSE(cpu::gemm_config(problem_of(bf16_y), with_l2(256 << 10), Isa::avx512, 2).stream_y);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(bf16_y), with_l2(256 << 10), Isa::avx512, 2).uncached_y);
   cpu::GemmTuning always;
-  always.stream_y = 1;
-  EXPECT_NE(cpu::gemm_config(p, with_l2(1 << 20), Isa::avx512, 2, always).describe().find("y streamed"),
-            std::string::npos);
+  always.uncached_y = 1;
+  EXPECT_NE(
+      cpu::gemm_config(p, with_l2(1 << 20), Isa::avx512, 2, always).describe().find("y stored uncached"),
+      std::string::npos);
+  Case partial_lines = c;  // 72 channels: pixels 288 bytes apart, not whole lines
+  partial_lines.Cin = 72;
+  EXPECT_FALSE(
+      cpu::gemm_config(problem_of(partial_lines), with_l2(256 << 10), Isa::avx512, 2, always).uncached_y);
 }
 
 TEST_F(GemmConfigTest, TuningOverridesAndDescription) {

@@ -763,11 +763,10 @@ class GemmEngine final : public EngineImpl {
     // store_tile would copy there).
     const bool y_direct = !amx && !config_.plane_mode && !config_.staged && p_.y_dtype == DType::f32 &&
                           p_.y_strides[1] == 1 && valid == cbw;
-    // Streaming stores need each pixel's results to be whole 64-byte lines (checked per tile for y's
-    // address).
+    // Non-temporal stores where the config allows them and a tile starts on a 64-byte line of y (then, by
+    // the config's rule, every pixel of it does).
     const std::int64_t y_step = W.stride * p_.y_strides[4];
-    const bool stream_lines = y_direct && config_.stream_y && cbw * 4 % 64 == 0 && y_step * 4 % 64 == 0;
-    bool streamed = false;
+    bool stored_uncached = false;
     // In plane mode such a block's tap groups accumulate in y itself rather than in a staging plane that is
     // then copied there: y starts as +0 and takes the same fp32 sums in the same order, so the same bits.
     const bool plane_direct =
@@ -851,9 +850,9 @@ class GemmEngine final : public EngineImpl {
                 fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
               } else if (y_direct) {
                 float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
-                const bool stream = stream_lines && reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
-                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, y_step, false, stream});
-                streamed |= stream;
+                const bool uncached = config_.uncached_y && reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
+                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, y_step, false, uncached});
+                stored_uncached |= uncached;
               } else {
                 fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
                 store_tile(tile, m, cbw, valid, n, c0, id, ih, iw0, W.stride, y);
@@ -878,7 +877,7 @@ class GemmEngine final : public EngineImpl {
               }
           }
         }
-    if (streamed) _mm_sfence();  // this thread's streaming stores, before the threads join
+    if (stored_uncached) _mm_sfence();  // this thread's non-temporal stores, before the threads join
     if (config_.staged && !plane_direct)
       for (std::int64_t q = q0; q < q1; ++q)
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {

@@ -20,7 +20,7 @@ struct GemmTuning {
   int dh_group = 0;         // (kd, kh) pairs per tap group in plane mode
   bool fuse_w = true;       // fuse the W taps of a phase into one reduction where dy allows
   int planes_per_task = 0;  // in plane mode
-  int stream_y = -1;        // 1: stream y's tiles past the caches wherever allowed, 0: never, -1: by y's size
+  int uncached_y = -1;      // 1: y's tiles stored past the caches wherever allowed, 0: never, -1: by y's size
 };
 
 // Every choice the engine makes for a problem on a CPU, decided in one step from the problem, the CPU's
@@ -57,10 +57,10 @@ struct GemmConfig {
   // it is in L2; as many as the staging budget holds, leaving tasks for every thread.
   std::int64_t planes_per_task = 1;
   bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
-  // Tiles written straight into an fp32 y with contiguous channels use streaming stores (where y's pixels
-  // are whole, aligned 64-byte lines): y is too large to stay in the caches, and plain stores would first
-  // read every line of it from memory.
-  bool stream_y = false;
+  // Tiles written straight into an fp32 y with contiguous channels use non-temporal stores: y is too large
+  // to stay in the caches, and plain stores would first read every line of it from memory. Set only where
+  // every tile's pixels are whole 64-byte lines once y itself is 64-byte aligned (checked per call).
+  bool uncached_y = false;
   std::int64_t weight_budget = 0, plane_budget = 0;  // bytes of L2 for a block's filter, a staged plane
 
   std::string describe() const;

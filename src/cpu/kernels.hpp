@@ -33,10 +33,10 @@ struct TileArgs {
   float* tile;
   std::int64_t tile_ps;
   bool accumulate;  // start from the tile's values (a later group of taps) instead of zero
-  // Write the results with streaming stores, past the caches (not with accumulate): tile and tile_ps * 4
-  // are multiples of 64 bytes and the NV * lanes results of a pixel whole 64-byte lines. The caller runs
-  // _mm_sfence before other threads read them. Ignored by the AMX tiles.
-  bool stream = false;
+  // Write the results with non-temporal stores, past the caches (not with accumulate). Required: tile and
+  // tile_ps aligned to the vector width. For speed the caller asks only where each pixel's results are whole
+  // 64-byte lines. The caller runs _mm_sfence before other threads read them. Ignored by the AMX tiles.
+  bool uncached = false;
 };
 
 using TileFn = void (*)(const TileArgs&);

@@ -24,7 +24,7 @@ struct V {
   static CONV3D_DX_INLINE R bcast(float v) { return _mm256_set1_ps(v); }
   static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   static CONV3D_DX_INLINE void store(float* p, R v) { _mm256_storeu_ps(p, v); }
-  static CONV3D_DX_INLINE void stream(float* p, R v) { _mm256_stream_ps(p, v); }  // p aligned to R
+  static CONV3D_DX_INLINE void store_uncached(float* p, R v) { _mm256_stream_ps(p, v); }  // p aligned to R
   // No mask registers: a mask is a vector of all-ones lanes, and a masked FMA a blend after the FMA.
   using M = __m256;
   static CONV3D_DX_INLINE M mask(std::uint16_t bits) {

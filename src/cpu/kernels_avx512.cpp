@@ -25,7 +25,7 @@ struct V {
   static CONV3D_DX_INLINE R bcast(float v) { return _mm512_set1_ps(v); }
   static CONV3D_DX_INLINE R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static CONV3D_DX_INLINE void store(float* p, R v) { _mm512_storeu_ps(p, v); }
-  static CONV3D_DX_INLINE void stream(float* p, R v) { _mm512_stream_ps(p, v); }  // p aligned to R
+  static CONV3D_DX_INLINE void store_uncached(float* p, R v) { _mm512_stream_ps(p, v); }  // p aligned to R
   using M = __mmask16;
   static CONV3D_DX_INLINE M mask(std::uint16_t bits) { return bits; }
   static CONV3D_DX_INLINE R masked_fma(R a, R b, R c, M m) { return _mm512_mask3_fmadd_ps(a, b, c, m); }

@@ -114,10 +114,10 @@ struct Tile {
         });
       }
     }
-    if (a.stream)
+    if (a.uncached)
       static_for<0, M>([&](auto p) __attribute__((always_inline)) {
         static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-          V::stream(a.tile + p * a.tile_ps + v * V::kLanes, acc[p][v]);
+          V::store_uncached(a.tile + p * a.tile_ps + v * V::kLanes, acc[p][v]);
         });
       });
     else
