@@ -124,13 +124,13 @@ TEST_P(CpuIsa, RandomSweepAllDtypesAndLayouts) {
 // declines), strides 1 and 2, 1 and 2 threads; nothing written outside y; exact against the reference.
 TEST_P(CpuIsa, UncachedYStoresMatchPlainStoresBitwise) {
   std::mt19937_64 rng(29);
+  const bool pairs = GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16;
   struct Channels {
     std::int64_t cin, groups;
   };
   for (const Channels ch : {Channels{64, 1}, Channels{80, 1}, Channels{31, 1}, Channels{64, 2}})
     for (const std::int64_t s : {1, 2})
       for (const int threads : {1, 2}) {
-        const bool pairs = GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16;
         Case c = with_dtype(Case{}, pairs ? DType::bf16 : DType::f32);
         c.y_dtype = DType::f32;
         c.N = 2;

@@ -31,8 +31,7 @@ std::vector<FlagSpec> peak_flags() {
   return {
       {"--threads", "T", "threads for the second measurement, 0 for all hardware threads (the default)"},
       {"--seconds", "S",
-       "seconds per measurement, 0.01 to 10 (default 0.1): the work one thread does in S, each thread does "
-       "it"},
+       "length of a measurement on one thread, 0.01 to 10 (default 0.1); on T, same work each"},
       {"--json", "", "print one JSON object per measurement instead of a table"},
   };
 }

@@ -142,17 +142,18 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // Row tiles stored straight into y (fp32, contiguous channels, not staged, not AMX) skip the caches when y
   // is over twice the threads' L2 together: each of its lines is written once, whole, and would otherwise be
   // read from L3 or memory first and later written back. Zen 4, 2 threads, channels_last, y allocated per
-  // call, paired runs: unet_up (16 MiB of y, one tap per pixel) 0.85-0.87x the time; a, b, d, k1s2 0.94-0.99x
-  // (within noise). The cost, unmeasured: a caller that reads y at once finds it in memory even where it
-  // would have fit in L3. Only where every tile's pixels are whole lines in a 64-byte aligned y: channels
-  // per group and y's strides (a W phase's pixels included) in multiples of 16 floats, so every channel
-  // block (the kernels' blocks are 16 floats wide or more) and every tile starts on a line.
+  // call, medians of paired minimum-time ratios: unet_up (16 MiB of y, one tap per pixel) 0.87x; a, b, d
+  // 0.97-0.99x and k1s2 0.99-1.11x (within noise). The cost, unmeasured: a caller that reads y at once finds
+  // it in memory even where it would have fit in L3. Only where every tile's pixels are whole lines in a
+  // 64-byte aligned y: channels per group and y's strides (a W phase's pixels included) in multiples of 16
+  // floats, so every channel block (the kernels' blocks are 16 floats wide or more) and every tile starts on
+  // a line.
   const auto& ys = p.y_strides;
   const bool whole_lines = p.Cin_g % 16 == 0 && ys[0] % 16 == 0 && ys[2] % 16 == 0 && ys[3] % 16 == 0 &&
                            p.stride[2] * ys[4] % 16 == 0 && c.nv * c.lanes % 16 == 0;
-  const bool y_direct = !c.amx && !c.staged && p.y_dtype == DType::f32 && ys[1] == 1;
+  c.y_direct = !c.staged && p.y_dtype == DType::f32 && ys[1] == 1;
   c.uncached_y =
-      y_direct && whole_lines &&
+      c.y_direct && !c.amx && whole_lines &&
       (tuning.uncached_y >= 0 ? tuning.uncached_y == 1
                               : saturating_mul(p.y_elements(), 4) > 2 * std::int64_t{threads} * cpu.l2_bytes);
   return c;

@@ -761,8 +761,7 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t c0 = g * p_.Cin_g + b.ci0;  // the block's first channel of y
     // Row tiles of a full block write straight into an fp32 y with contiguous channels (the same values
     // store_tile would copy there).
-    const bool y_direct = !amx && !config_.plane_mode && !config_.staged && p_.y_dtype == DType::f32 &&
-                          p_.y_strides[1] == 1 && valid == cbw;
+    const bool y_direct = config_.y_direct && !amx && valid == cbw;
     // Non-temporal stores where the config allows them and a tile starts on a 64-byte line of y (then, by
     // the config's rule, every pixel of it does).
     const std::int64_t y_step = W.stride * p_.y_strides[4];

@@ -57,6 +57,9 @@ struct GemmConfig {
   // it is in L2; as many as the staging budget holds, leaving tasks for every thread.
   std::int64_t planes_per_task = 1;
   bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
+  // Row tiles of full channel blocks go straight into y (fp32 with contiguous channels, not staged), except
+  // AMX tiles, which always go through the staging tile.
+  bool y_direct = false;
   // Tiles written straight into an fp32 y with contiguous channels use non-temporal stores: y is too large
   // to stay in the caches, and plain stores would first read every line of it from memory. Set only where
   // every tile's pixels are whole 64-byte lines once y itself is 64-byte aligned (checked per call).

@@ -207,10 +207,8 @@ std::int64_t peak_tdpbf16_amx(std::int64_t rounds, double* accumulated) {
   }
   alignas(64) std::uint16_t operand[16 * 32];
   for (std::uint16_t& v : operand) v = 0x3580;
-  __asm__ volatile(""
-                   :
-                   : "m"(operand));  // the tile loads below read operand through a pointer the compiler
-                                     // may not see into
+  // The tile loads below read operand through a pointer the compiler may not see into.
+  __asm__ volatile("" : : "m"(operand));
   alignas(64) float result[4][16 * 16];
   _tile_loadconfig(&cfg);
   _tile_zero(0);

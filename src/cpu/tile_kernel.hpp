@@ -114,18 +114,15 @@ struct Tile {
         });
       }
     }
-    if (a.uncached)
-      static_for<0, M>([&](auto p) __attribute__((always_inline)) {
-        static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-          V::store_uncached(a.tile + p * a.tile_ps + v * V::kLanes, acc[p][v]);
-        });
+    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+        float* const at = a.tile + p * a.tile_ps + v * V::kLanes;
+        if (a.uncached)
+          V::store_uncached(at, acc[p][v]);
+        else
+          V::store(at, acc[p][v]);
       });
-    else
-      static_for<0, M>([&](auto p) __attribute__((always_inline)) {
-        static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-          V::store(a.tile + p * a.tile_ps + v * V::kLanes, acc[p][v]);
-        });
-      });
+    });
   }
 };
 
