@@ -30,6 +30,23 @@ TEST(CpuModel, Bf16DotProductsOnlyWhereTheyOutrunFma) {
   EXPECT_GT(host.l1d_bytes, 0);
   EXPECT_GT(host.l2_bytes, 0);
   EXPECT_NE(host.describe().find(to_string(host.uarch)), std::string::npos) << host.describe();
+  EXPECT_EQ(host.has_bf16_dot, cpu_supports(Isa::avx512_bf16));
+}
+
+// The one-line description names a vdpbf16ps rate only for a CPU that has the instruction.
+TEST(CpuModel, DescribesTheBf16RateOnlyWhereVdpbf16psExists) {
+  CpuModel zen3;  // family 19h model 01h: AVX2 only
+  zen3.name = "AMD EPYC";
+  zen3.l1d_bytes = 32 << 10;
+  zen3.l2_bytes = 512 << 10;
+  EXPECT_EQ(zen3.describe(), "AMD EPYC (other, L1d 32 KiB, L2 512 KiB per core, no vdpbf16ps)");
+  CpuModel zen4 = zen3;
+  zen4.uarch = Uarch::amd_zen4;
+  zen4.bf16_dot_rate = bf16_dot_rate(zen4.uarch);
+  zen4.has_bf16_dot = true;
+  EXPECT_EQ(
+      zen4.describe(),
+      "AMD EPYC (amd_zen4, L1d 32 KiB, L2 512 KiB per core, vdpbf16ps at 2.00x the fp32 FMA flop rate)");
 }
 
 // The engine list under a given CPU model: the first engine that accepts, and the reasons of the others.

@@ -22,6 +22,7 @@ struct CpuModel {
   // once per two cycles on one port while FMAs issue on two ports every cycle (0.5); on Zen 4 and 5 it
   // runs at the FMA instruction rate and does twice the flops (2.0).
   double bf16_dot_rate = 1.0;
+  bool has_bf16_dot = false;  // the CPU has vdpbf16ps (avx512_bf16): only then is the rate worth printing
   std::int64_t l1d_bytes = 32 << 10;  // per core
   std::int64_t l2_bytes = 1 << 20;    // per core
 

@@ -87,8 +87,10 @@ double bf16_dot_rate(Uarch u) {
 
 std::string CpuModel::describe() const {
   return name + " (" + to_string(uarch) + ", L1d " + std::to_string(l1d_bytes >> 10) + " KiB, L2 " +
-         std::to_string(l2_bytes >> 10) + " KiB per core, vdpbf16ps at " +
-         std::to_string(bf16_dot_rate).substr(0, 4) + "x the fp32 FMA flop rate)";
+         std::to_string(l2_bytes >> 10) + " KiB per core, " +
+         (has_bf16_dot
+              ? "vdpbf16ps at " + std::to_string(bf16_dot_rate).substr(0, 4) + "x the fp32 FMA flop rate)"
+              : std::string("no vdpbf16ps)"));
 }
 
 const CpuModel& host_cpu_model() {
@@ -98,6 +100,7 @@ const CpuModel& host_cpu_model() {
     m.name = id.brand.empty() ? "unknown CPU" : id.brand;
     m.uarch = classify_cpu(id.vendor, id.family, id.model, cpu_supports(Isa::avx512));
     m.bf16_dot_rate = bf16_dot_rate(m.uarch);
+    m.has_bf16_dot = cpu_supports(Isa::avx512_bf16);
     m.l1d_bytes = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, m.l1d_bytes);
     m.l2_bytes = cache_bytes(_SC_LEVEL2_CACHE_SIZE, m.l2_bytes);
     return m;
