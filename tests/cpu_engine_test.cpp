@@ -178,15 +178,17 @@ TEST_P(CpuIsa, UncachedYStoresMatchPlainStoresBitwise) {
 }
 
 // Channel blocks and pixel tiles at their edges: Cin_g = nv*lanes - 1, nv*lanes, nv*lanes + 1 and W phases
-// of max_m - 1, max_m, max_m + 1 pixels (stride 1 and 2), for the default blocking and two small ones.
+// of max_m - 1, max_m, max_m + 1 pixels (stride 1 and 2), for the default blocking (these reductions are
+// short: on AVX2 its 3 x 4 tiles) and two others (on AVX2 its usual 6 x 2 tiles).
 TEST_P(CpuIsa, TileEdges) {
-  const int lanes = GetParam() == Isa::avx2 ? 8 : 16;
+  const bool avx2 = GetParam() == Isa::avx2;
+  const int lanes = avx2 ? 8 : 16;
   std::mt19937_64 rng(23);
   struct Blocking {
     cpu::GemmTuning tuning;
     int nv, max_m;
   };
-  const Blocking blockings[] = {{{1, 3}, 1, 3}, {{2, 4}, 2, 4}, {{}, lanes == 16 ? 4 : 2, 6}};
+  const Blocking blockings[] = {{{1, 3}, 1, 3}, {{2, avx2 ? 6 : 4}, 2, avx2 ? 6 : 4}, {{}, 4, avx2 ? 3 : 6}};
   for (const Blocking& b : blockings)
     for (DType t : {DType::f32, DType::bf16, DType::f16})  // fp16: y stored through store_run
       for (Layout fmt : kDataFormats)
@@ -204,6 +206,28 @@ TEST_P(CpuIsa, TileEdges) {
               check(c, rng, dm == 0 ? Fill::random : Fill::small_integers, b.tuning);
             }
   expect_counts(216);  // the fp32 and fp16 two thirds of 324
+}
+
+// A narrower last channel block of every width below the widest (widest + 1, 2 and 3 vectors of channels),
+// with the default blocking and with 4-vector blocks forced on a long reduction; fp32 and bf16, both
+// layouts.
+TEST_P(CpuIsa, NarrowerLastBlocks) {
+  const int lanes = GetParam() == Isa::avx2 ? 8 : 16;
+  std::mt19937_64 rng(41);
+  for (DType t : {DType::f32, DType::bf16})
+    for (const int last : {1, 2, 3})
+      for (Layout fmt : kDataFormats)
+        for (const std::int64_t cout : {std::int64_t{5}, std::int64_t{40}}) {  // 135, 1080 steps per tile
+          Case c = with_dtype(Case{}, t);
+          c.data_format = fmt;
+          c.Cin = (4 + last) * lanes - 1;  // the last lane of the last block unused
+          c.Cout = cout;
+          c.in = {2, 3, 11};
+          c.pad_front = c.pad_back = {1, 1, 1};
+          check(c, rng, Fill::small_integers, cpu::GemmTuning{4});
+          check(c, rng, Fill::small_integers);
+        }
+  expect_counts(24);  // the fp32 half
 }
 
 TEST_P(CpuIsa, GroupsDilationsAndLargeStrides) {

@@ -159,6 +159,35 @@ TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
       cpu::gemm_config(problem_of(partial_lines), with_l2(256 << 10), Isa::avx512, 2, always).uncached_y);
 }
 
+// AVX2 (decided from its kernel table alone, on any CPU): 2-vector blocks of 6 x 2 tiles, 4-vector blocks of
+// 3 x 4 tiles only where a tile's longest reduction (taps per phase x output channels) is at most 256 steps.
+TEST(GemmConfigAvx2, WideBlocksOnlyForShortReductions) {
+  Case c;  // suite shape c: 3 output channels, 3 x 3 x 3 taps: 81 steps
+  c.Cin = 64;
+  c.Cout = 3;
+  c.in = {3, 8, 8};
+  const auto blocks = [&](const Case& k) {
+    const auto config = cpu::gemm_config(problem_of(k), host_cpu_model(), Isa::avx2, 2);
+    return std::pair{config.nv * config.lanes, config.max_m[config.nv]};
+  };
+  EXPECT_EQ(blocks(c), (std::pair{32, 3}));
+  c.Cout = 10;  // 270 steps
+  EXPECT_EQ(blocks(c), (std::pair{16, 6}));
+  Case up = c;  // a U-Net up-sampling: kernel 2, stride 2, one tap per phase: steps = output channels
+  up.kernel = {2, 2, 2};
+  up.stride = {2, 2, 2};
+  up.Cout = 256;
+  EXPECT_EQ(blocks(up), (std::pair{32, 3}));
+  up.Cout = 257;
+  EXPECT_EQ(blocks(up), (std::pair{16, 6}));
+  up.Cin = 20;  // no wider than the channels
+  up.Cout = 8;
+  EXPECT_EQ(blocks(up), (std::pair{24, 4}));
+  cpu::GemmTuning narrow;  // tuning still picks any width the kernels offer
+  narrow.nv = 1;
+  EXPECT_EQ(cpu::gemm_config(problem_of(up), host_cpu_model(), Isa::avx2, 2, narrow).nv, 1);
+}
+
 TEST_F(GemmConfigTest, TuningOverridesAndDescription) {
   Case c;
   c.Cin = c.Cout = 64;

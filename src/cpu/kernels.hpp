@@ -168,6 +168,15 @@ struct KernelSet {
     while (nv > 1 && max_m[nv] == 0) --nv;
     return nv;
   }
+  // Where the widest tiles do not hold their filter vectors in registers (AVX2: 3 x 4 tiles take 12 of the
+  // 16 registers for sums, so one filter vector is read from memory at every FMA), the usual channel block
+  // is narrower (usual_nv vectors) and the widest blocks are used only where a tile's reduction runs at
+  // most short_reduction steps. 0: always the widest.
+  int usual_nv = 0;
+  std::int64_t short_reduction = 0;
+  int nv_for_reduction(std::int64_t steps) const {
+    return usual_nv > 0 && steps > short_reduction ? usual_nv : widest_nv();
+  }
 };
 
 // AMX tiles (kernels_amx.cpp): M <= kAmxMaxM pixels x NV <= 2 vectors of 16 input channels over bf16

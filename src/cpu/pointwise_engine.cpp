@@ -35,7 +35,7 @@ class PointwiseEngine final : public EngineImpl {
         // not share L1 sets.
         kp_((ceil_div(k_, 16) | 1) * 16),
         width_(std::clamp(kPanelBytes / (kp_ * 4) / 6 * 6, kMinWidth, kMaxWidth)),
-        nv_(static_cast<int>(std::min<std::int64_t>(ks.widest_nv(), ceil_div(p_.Cin_g, ks.lanes)))),
+        nv_(static_cast<int>(std::min<std::int64_t>(ks.nv_for_reduction(k_), ceil_div(p_.Cin_g, ks.lanes)))),
         unit_(nv_ * ks.lanes),
         units_(ceil_div(p_.Cin_g, unit_)),
         pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
