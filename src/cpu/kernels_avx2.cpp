@@ -275,8 +275,8 @@ const KernelSet& avx2_kernels() {
     // 6 x 2 tiles keep both filter vectors in registers, 3 x 4 ones read one from memory per FMA. Blocks of
     // 4 vectors only for short reductions (steps per tile, GemmConfig), where the work per tile and per tap
     // that grows with its pixels weighs more. Zen 3, 2 threads, NDHWC, time with 4-vector blocks over time
-    // with 2 (paired runs, two sessions): suite c (81 steps) 0.84x, unet_up (128) 0.88x, k1s2 (256)
-    // 0.89-0.95x; a (1728) 1.00x, b (1024) 1.04x, i (2730) 1.03-1.06x.
+    // with 2 (paired in one process, two to four runs): suite c (81 steps) 0.69-0.89x, unet_up (128)
+    // 0.73-0.89x, k1s2 (256) 0.89-0.98x; a (1728) 1.00-1.01x, b (1024) 1.04-1.05x, i (2730) 1.03-1.06x.
     s.usual_nv = 2;
     s.short_reduction = 256;
     s.to_bf16 = &to_bf16;
