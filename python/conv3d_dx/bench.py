@@ -3,8 +3,9 @@
 PyTorch's route is torch.ops.aten.convolution_backward with output_mask [True, False, False], what autograd
 runs for nn.Conv3d's input gradient. conv3d-dx's is conv3d_backprop_input_v2 on the same tensors, packing
 the filter on every call as a training step does. Both allocate their result on every call and use the
-same number of threads. Times are medians of the timed runs, after warm-up runs, in two rounds of a block
-of runs of each (see _time_both).
+same number of threads. Times are medians of the timed runs, after warm-up runs, in rounds of a block of
+runs of each (see _time_both); 'paired' is the median over the rounds of each round's ratio, which a slow
+phase of a noisy machine moves less than the ratio of the overall medians.
 """
 
 from __future__ import annotations
@@ -64,23 +65,30 @@ def _time(fn: Callable[[], object], warmup: int, repeat: int) -> List[float]:
     return times
 
 
-def _time_both(a: Callable[[], object], b: Callable[[], object], warmup: int,
-               repeat: int) -> Tuple[List[float], List[float]]:
-    """Runs of a, then of b, then of a and b again (half the runs each time). Each library's idle worker
-    threads spin for a while after a call (PyTorch's OpenMP ones, and ours), so alternating run by run would
-    time each library against the other's spinning threads; blocks, each after a pause, time each on its
-    own, and two rounds share out slow phases of a noisy machine. In a program that mixes the two, setting
-    OMP_WAIT_POLICY=passive stops PyTorch's threads spinning on cores conv3d-dx is about to use."""
-    first = max(1, repeat // 2)
-    ta = _time(a, warmup, first)
-    tb = _time(b, warmup, first)
-    ta += _time(a, warmup, repeat - first)
-    tb += _time(b, warmup, repeat - first)
+def _time_both(a: Callable[[], object], b: Callable[[], object], warmup: int, repeat: int,
+               rounds: int = 2) -> Tuple[List[List[float]], List[List[float]]]:
+    """`rounds` rounds of a block of runs of a and one of b (a first in even rounds, b first in odd ones),
+    the `repeat` timed runs of each shared out over the rounds; the times of each round's blocks. Each
+    library's idle worker threads spin for a while after a call (PyTorch's OpenMP ones, and ours), so
+    alternating run by run would time each library against the other's spinning threads; blocks, each after
+    a pause, time each on its own, and rounds share out slow phases of a noisy machine. In a program that
+    mixes the two, setting OMP_WAIT_POLICY=passive stops PyTorch's threads spinning on cores conv3d-dx is
+    about to use."""
+    ta: List[List[float]] = []
+    tb: List[List[float]] = []
+    for r in range(rounds):
+        runs = repeat // rounds + (1 if r < repeat % rounds else 0)
+        if r % 2 == 0:
+            ta.append(_time(a, warmup, runs))
+            tb.append(_time(b, warmup, runs))
+        else:
+            tb.append(_time(b, warmup, runs))
+            ta.append(_time(a, warmup, runs))
     return ta, tb
 
 
 def run_shape(shape: Dict, dtype: torch.dtype, channels_last: bool, threads: int, warmup: int,
-              repeat: int) -> Dict:
+              repeat: int, rounds: int = 2) -> Dict:
     n, cin, cout, groups = shape["N"], shape["Cin"], shape["Cout"], shape["groups"]
     k, s, p, d = shape["kernel"], shape["stride"], shape["pad"], shape["dilation"]
     x_size = [n, cin, *shape["x"]]
@@ -107,7 +115,11 @@ def run_shape(shape: Dict, dtype: torch.dtype, channels_last: bool, threads: int
         return conv3d_dx.conv3d_backprop_input_v2(*args, threads=threads)
 
     plan = conv3d_dx.Plan(*args, threads=threads)
-    ours_ms, torch_ms = _time_both(ours, torch_dgrad, warmup, repeat)
+    ours_blocks, torch_blocks = _time_both(ours, torch_dgrad, warmup, repeat, rounds)
+    ours_ms = [t for block in ours_blocks for t in block]
+    torch_ms = [t for block in torch_blocks for t in block]
+    paired = statistics.median(statistics.median(theirs) / statistics.median(mine)
+                               for mine, theirs in zip(ours_blocks, torch_blocks))
     expected = torch_dgrad().float()
     got = ours().float()
     if channels_last:
@@ -115,7 +127,8 @@ def run_shape(shape: Dict, dtype: torch.dtype, channels_last: bool, threads: int
     scale = max(expected.abs().max().item(), 1e-30)
     flops = 2.0 * math.prod(dy_size) * (cin // groups) * math.prod(k)
     return {"name": shape["name"], "ours": statistics.median(ours_ms), "ours_min": min(ours_ms),
-            "torch": statistics.median(torch_ms), "gflops": flops / statistics.median(ours_ms) / 1e6,
+            "torch": statistics.median(torch_ms), "paired": paired,
+            "gflops": flops / statistics.median(ours_ms) / 1e6,
             "diff": (got - expected).abs().max().item() / scale, "engine": plan.engine, "isa": plan.isa}
 
 
@@ -133,8 +146,15 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="untimed runs first, at least this many and as many more as fill 50 ms "
                              "(default 1)")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs; the median is shown (default 7)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds of a block of runs of each library, the timed runs shared out over them "
+                             "(default 2, at most --repeat)")
     parser.add_argument("--shapes", default="", help="comma-separated suite names (default: all)")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat is {args.repeat} but must be at least 1")
+    if not 1 <= args.rounds <= args.repeat:
+        parser.error(f"--rounds is {args.rounds} but must be from 1 to --repeat ({args.repeat})")
 
     torch.set_num_threads(args.threads)
     wanted = set(filter(None, args.shapes.split(",")))
@@ -145,21 +165,25 @@ def main(argv: Optional[List[str]] = None) -> None:
     layout = "channels_last_3d" if args.channels_last else "contiguous NCDHW"
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs online, {args.threads} threads for both")
     print(f"torch {torch.__version__}, conv3d-dx {conv3d_dx.__version__}; {args.dtype}, {layout}")
-    print(f"runs: {args.warmup} warm-up (or more, for {_WARM_S * 1e3:.0f} ms), {args.repeat} timed, in blocks per "
-          "library; ratio = PyTorch median / conv3d-dx median (above 1: conv3d-dx is faster); "
+    print(f"runs: {args.warmup} warm-up (or more, for {_WARM_S * 1e3:.0f} ms), {args.repeat} timed, in "
+          f"{args.rounds} rounds of a block per library; ratio = PyTorch median / conv3d-dx median (above 1: "
+          "conv3d-dx is faster); paired = median over the rounds of that ratio within each round; "
           "diff = max|conv3d-dx - PyTorch| / max|PyTorch|")
     print(f"{'shape':<10} {'conv3d-dx ms':>12} {'min':>9} {'GFLOP/s':>8} {'PyTorch ms':>11} {'ratio':>7} "
-          f"{'diff':>9}  engine")
+          f"{'paired':>7} {'diff':>9}  engine")
     rows = []
     for shape in suite:
-        r = run_shape(shape, _DTYPES[args.dtype], args.channels_last, args.threads, args.warmup, args.repeat)
+        r = run_shape(shape, _DTYPES[args.dtype], args.channels_last, args.threads, args.warmup, args.repeat,
+                      args.rounds)
         rows.append(r)
         print(f"{r['name']:<10} {r['ours']:>12.3f} {r['ours_min']:>9.3f} {r['gflops']:>8.1f} {r['torch']:>11.3f} "
-              f"{r['torch'] / r['ours']:>7.2f} {r['diff']:>9.2e}  {r['engine']} ({r['isa']})", flush=True)
+              f"{r['torch'] / r['ours']:>7.2f} {r['paired']:>7.2f} {r['diff']:>9.2e}  {r['engine']} ({r['isa']})",
+              flush=True)
     if rows:
         ours = statistics.geometric_mean([r["ours"] for r in rows])
         theirs = statistics.geometric_mean([r["torch"] for r in rows])
-        print(f"{'geomean':<10} {ours:>12.3f} {'':>9} {'':>8} {theirs:>11.3f} {theirs / ours:>7.2f}")
+        paired = statistics.geometric_mean([r["paired"] for r in rows])
+        print(f"{'geomean':<10} {ours:>12.3f} {'':>9} {'':>8} {theirs:>11.3f} {theirs / ours:>7.2f} {paired:>7.2f}")
 
 
 if __name__ == "__main__":
