@@ -179,7 +179,7 @@ TEST_P(CpuIsa, UncachedYStoresMatchPlainStoresBitwise) {
 
 // Channel blocks and pixel tiles at their edges: Cin_g = nv*lanes - 1, nv*lanes, nv*lanes + 1 and W phases
 // of max_m - 1, max_m, max_m + 1 pixels (stride 1 and 2), for the default blocking (these reductions are
-// short: on AVX2 its 3 x 4 tiles) and two others (on AVX2 its usual 6 x 2 tiles).
+// short: on AVX2 its 3 x 4 tiles), 3 x 1 tiles and 2-vector tiles (on AVX2 its usual 6 x 2).
 TEST_P(CpuIsa, TileEdges) {
   const bool avx2 = GetParam() == Isa::avx2;
   const int lanes = avx2 ? 8 : 16;
@@ -208,9 +208,9 @@ TEST_P(CpuIsa, TileEdges) {
   expect_counts(216);  // the fp32 and fp16 two thirds of 324
 }
 
-// A narrower last channel block of every width below the widest (widest + 1, 2 and 3 vectors of channels),
-// with the default blocking and with 4-vector blocks forced on a long reduction; fp32 and bf16, both
-// layouts.
+// A narrower last channel block of every width below the widest (4 + 1, 2 and 3 vectors of channels, the
+// last lane unused), after 4-vector blocks forced (AMX caps them at 2) and with the default blocking (on
+// AVX2 4-vector blocks for the short reduction, 2-vector ones for the long); fp32 and bf16, both layouts.
 TEST_P(CpuIsa, NarrowerLastBlocks) {
   const int lanes = GetParam() == Isa::avx2 ? 8 : 16;
   std::mt19937_64 rng(41);
@@ -730,7 +730,7 @@ INSTANTIATE_TEST_SUITE_P(Isas, CpuPixel, ::testing::Values(Isa::avx2, Isa::avx51
 
 // The pointwise engine (1x1x1 kernel, stride 1, no padding, channel-first tensors), in fp32 on AVX2 and
 // AVX-512 and over bf16 pairs: pixel counts around its tiles (144 pixels for these Cout, 132 for fp32 Cout
-// 1900) and its 6- to 14-pixel kernel calls, channel blocks of 16 to 64 (full and partial, one to three per
+// 1900) and its 3- to 14-pixel kernel calls, channel blocks of 16 to 64 (full and partial, one to three per
 // group), dy rows transposed in blocks of 32 (odd and even Cout, partial blocks) straight from dy or widened
 // first (other dtypes, HF32 and fp16 input rounding), groups, y in every output type; exact on small
 // integers; 1, 2 and 3 threads give the same bits; N = 0 plans and runs as an empty success.

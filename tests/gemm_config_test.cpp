@@ -159,9 +159,11 @@ TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
       cpu::gemm_config(problem_of(partial_lines), with_l2(256 << 10), Isa::avx512, 2, always).uncached_y);
 }
 
-// AVX2 (decided from its kernel table alone, on any CPU): 2-vector blocks of 6 x 2 tiles, 4-vector blocks of
-// 3 x 4 tiles only where a tile's longest reduction (taps per phase x output channels) is at most 256 steps.
+// AVX2 (decided from its kernel table, without running it): 2-vector blocks of 6 x 2 tiles, 4-vector blocks
+// of 3 x 4 tiles only where a tile's longest reduction (the most taps of a phase x output channels) is at
+// most 256 steps.
 TEST(GemmConfigAvx2, WideBlocksOnlyForShortReductions) {
+  if (!cpu_supports(Isa::avx2)) GTEST_SKIP() << "CPU lacks avx2 (its kernel table is built with it)";
   Case c;  // suite shape c: 3 output channels, 3 x 3 x 3 taps: 81 steps
   c.Cin = 64;
   c.Cout = 3;
@@ -180,6 +182,13 @@ TEST(GemmConfigAvx2, WideBlocksOnlyForShortReductions) {
   EXPECT_EQ(blocks(up), (std::pair{32, 3}));
   up.Cout = 257;
   EXPECT_EQ(blocks(up), (std::pair{16, 6}));
+  Case dilated = c;  // stride 2, dilation 2: every tap of an axis falls in one phase, 27 taps
+  dilated.in = {9, 9, 9};
+  dilated.stride = dilated.dilation = {2, 2, 2};
+  dilated.Cout = 10;  // 270 steps, though kernel / stride would say 80
+  EXPECT_EQ(blocks(dilated), (std::pair{16, 6}));
+  dilated.Cout = 9;  // 243
+  EXPECT_EQ(blocks(dilated), (std::pair{32, 3}));
   up.Cin = 20;  // no wider than the channels
   up.Cout = 8;
   EXPECT_EQ(blocks(up), (std::pair{24, 4}));

@@ -38,12 +38,17 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   c.kpad = c.amx ? ceil_div(p.Cout_g, 32) * 32 : c.bf16 ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g;
   const std::int64_t kpad = c.kpad;
 
-  // Channel blocks: as wide as the kernel set prefers for the longest reduction a tile runs (the taps of a
-  // phase, kernel / stride rounded up per axis, times the channels) — 4 vectors of 16 on AVX-512, 2 of 8
-  // on AVX2 unless that is short — and 2 with AMX (2 x 2 tiles of 16 x 16 take the 8 tile registers with the
-  // two dy and two filter tiles); no wider than the channels.
+  // Channel blocks: as wide as the kernel set prefers for the longest reduction a tile runs (the most taps
+  // of any phase, per axis, times the channels) — 4 vectors of 16 on AVX-512, 2 of 8 on AVX2 unless that is
+  // short — and 2 with AMX (2 x 2 tiles of 16 x 16 take the 8 tile registers with the two dy and two filter
+  // tiles); no wider than the channels.
   std::int64_t tile_steps = kpad;
-  for (int a = 0; a < 3; ++a) tile_steps = saturating_mul(tile_steps, ceil_div(p.kernel[a], p.stride[a]));
+  for (int a = 0; a < 3; ++a) {
+    const Axis axis(p.y_size[a], p.dy_size[a], p.kernel[a], p.stride[a], p.dilation[a], p.pad_front[a]);
+    std::size_t taps = 0;
+    for (const AxisPhase& ph : axis.phases) taps = std::max(taps, ph.taps.size());
+    tile_steps = saturating_mul(tile_steps, static_cast<std::int64_t>(taps));
+  }
   const int widest_nv = c.amx ? 2 : ks.widest_nv();
   const int nv = std::min(tuning.nv > 0 ? tuning.nv : c.amx ? 2 : ks.nv_for_reduction(tile_steps), widest_nv);
   c.nv = static_cast<int>(std::min<std::int64_t>(nv, ceil_div(p.Cin_g, c.lanes)));
