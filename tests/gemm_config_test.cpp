@@ -197,6 +197,28 @@ TEST(GemmConfigAvx2, WideBlocksOnlyForShortReductions) {
   EXPECT_EQ(cpu::gemm_config(problem_of(up), host_cpu_model(), Isa::avx2, 2, narrow).nv, 1);
 }
 
+// Strided (NCDHW) fp32 dy is read in place only where the lines a tile reads, one per channel of each dy row
+// its taps reach, fit in L1: 3 x 3 (kd, kh) taps x 64 channels x 64 bytes = 36 KiB.
+TEST(GemmConfigAvx2, StridedDyInPlaceOnlyWhereATilesLinesFitL1) {
+  if (!cpu_supports(Isa::avx2)) GTEST_SKIP() << "CPU lacks avx2 (its kernel table is built with it)";
+  Case c;
+  c.data_format = Layout::NCDHW;
+  c.Cin = 16;
+  c.Cout = 64;
+  c.in = {5, 9, 11};  // dy channels 3 x 7 x 9 floats apart: no 4 KiB aliasing
+  const auto in_place = [&](const Case& k, std::int64_t l1) {
+    CpuModel cpu = host_cpu_model();
+    cpu.l1d_bytes = l1;
+    return cpu::gemm_config(problem_of(k), cpu, Isa::avx2, 2).direct_dy;
+  };
+  EXPECT_FALSE(in_place(c, 32 << 10));
+  EXPECT_TRUE(in_place(c, 48 << 10));
+  Case strided = c;  // stride 2: at most 2 x 2 (kd, kh) taps per phase, 16 KiB
+  strided.stride = {2, 2, 2};
+  EXPECT_TRUE(in_place(strided, 32 << 10));
+  EXPECT_FALSE(in_place(strided, 8 << 10));
+}
+
 TEST_F(GemmConfigTest, TuningOverridesAndDescription) {
   Case c;
   c.Cin = c.Cout = 64;

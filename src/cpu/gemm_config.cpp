@@ -42,12 +42,12 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // of any phase, per axis, times the channels) — 4 vectors of 16 on AVX-512, 2 of 8 on AVX2 unless that is
   // short — and 2 with AMX (2 x 2 tiles of 16 x 16 take the 8 tile registers with the two dy and two filter
   // tiles); no wider than the channels.
-  std::int64_t tile_steps = kpad;
+  std::int64_t phase_taps[3] = {}, tile_steps = kpad;
   for (int a = 0; a < 3; ++a) {
     const Axis axis(p.y_size[a], p.dy_size[a], p.kernel[a], p.stride[a], p.dilation[a], p.pad_front[a]);
-    std::size_t taps = 0;
-    for (const AxisPhase& ph : axis.phases) taps = std::max(taps, ph.taps.size());
-    tile_steps = saturating_mul(tile_steps, static_cast<std::int64_t>(taps));
+    for (const AxisPhase& ph : axis.phases)
+      phase_taps[a] = std::max(phase_taps[a], static_cast<std::int64_t>(ph.taps.size()));
+    tile_steps = saturating_mul(tile_steps, phase_taps[a]);
   }
   const int widest_nv = c.amx ? 2 : ks.widest_nv();
   const int nv = std::min(tuning.nv > 0 ? tuning.nv : c.amx ? 2 : ks.nv_for_reduction(tile_steps), widest_nv);
@@ -56,19 +56,24 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
     c.max_m[v] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.max_m[v]) : ks.max_m[v];
 
   // dy is read in place when it is already in the compute type: fp32 with contiguous channels, or with
-  // strided ones (NCDHW) when each tap has enough channels to pay for the strided reads and the channel
-  // stride is not a multiple of 4 KiB; bf16 with contiguous channel pairs. Otherwise it is converted to
-  // channel-last (which also lets W taps fuse). With a 4 KiB multiple every channel's pixels fall in the same
-  // L1 set (index bits 6-11 on the Intel and AMD cores), and the reduction over channels misses L1 at every
-  // step (Xeon, fp32 NCDHW, 2 threads: vae 70 -> 46 ms, unet_up 7.6 -> 4.5, g 0.88 -> 0.32 converted; b,
-  // 6.8 -> 9.1, is the exception measured).
+  // strided ones (NCDHW) when each tap has enough channels to pay for the strided reads, the channel stride
+  // is not a multiple of 4 KiB and the lines a tile reads fit in L1; bf16 with contiguous channel pairs.
+  // Otherwise it is converted to channel-last (which also lets W taps fuse). With a 4 KiB multiple every
+  // channel's pixels fall in the same L1 set (index bits 6-11 on the Intel and AMD cores), and the reduction
+  // over channels misses L1 at every step (Xeon, fp32 NCDHW, 2 threads: vae 70 -> 46 ms, unet_up 7.6 ->
+  // 4.5, g 0.88 -> 0.32 converted; b, 6.8 -> 9.1, is the exception measured). A tile of strided dy reads a
+  // line per channel of every dy row its taps reach (the most taps of a phase in D and H): beyond L1 they
+  // are fetched again for each tile (Zen 3, 32 KiB L1, 2 threads, paired, converted over in place: a, 36 KiB,
+  // 0.84x; d, 64 KiB, 0.90x; e, 216 KiB, 0.94x). b's 32 KiB fit the Xeon's 48 KiB L1.
   const auto& s = p.dy_strides;
   const bool aliased_channels = s[1] % 1024 == 0;  // 4 KiB of fp32
+  const bool strided_fit_l1 = saturating_mul(saturating_mul(phase_taps[0], phase_taps[1]),
+                                             saturating_mul(p.Cout_g, 64)) <= cpu.l1d_bytes;
   c.direct_dy = c.amx    ? false
                 : c.bf16 ? p.dy_dtype == DType::bf16 && p.Cout_g % 2 == 0 && s[1] == 1 &&
                                p.input_rounding != InputRounding::fp16
                          : p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none &&
-                               (s[1] == 1 || (p.Cout_g >= 16 && !aliased_channels));
+                               (s[1] == 1 || (p.Cout_g >= 16 && !aliased_channels && strided_fit_l1));
 
   // The W taps of a phase, in packed order (decreasing k), read consecutive dy pixels; they fuse into one
   // reduction when consecutive taps are one dy pixel apart (dilation divides stride) and a pixel's
