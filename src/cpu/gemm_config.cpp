@@ -42,15 +42,17 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // of any phase, per axis, times the channels) — 4 vectors of 16 on AVX-512, 2 of 8 on AVX2 unless that is
   // short — and 2 with AMX (2 x 2 tiles of 16 x 16 take the 8 tile registers with the two dy and two filter
   // tiles); no wider than the channels.
+  Axis axes[3];  // D, H, W: each axis's phases and their taps
   std::int64_t phase_taps[3] = {}, tile_steps = kpad;
   for (int a = 0; a < 3; ++a) {
-    const Axis axis(p.y_size[a], p.dy_size[a], p.kernel[a], p.stride[a], p.dilation[a], p.pad_front[a]);
-    for (const AxisPhase& ph : axis.phases)
+    axes[a] = Axis(p.y_size[a], p.dy_size[a], p.kernel[a], p.stride[a], p.dilation[a], p.pad_front[a]);
+    for (const AxisPhase& ph : axes[a].phases)
       phase_taps[a] = std::max(phase_taps[a], static_cast<std::int64_t>(ph.taps.size()));
     tile_steps = saturating_mul(tile_steps, phase_taps[a]);
   }
+  const Axis &h_axis = axes[1], &w_axis = axes[2];
   const int widest_nv = c.amx ? 2 : ks.widest_nv();
-  const int nv = std::min(tuning.nv > 0 ? tuning.nv : c.amx ? 2 : ks.nv_for_reduction(tile_steps), widest_nv);
+  const int nv = std::min(tuning.nv > 0 ? tuning.nv : ks.nv_for_reduction(tile_steps), widest_nv);
   c.nv = static_cast<int>(std::min<std::int64_t>(nv, ceil_div(p.Cin_g, c.lanes)));
   for (int v = 1; v <= kMaxNv; ++v)
     c.max_m[v] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.max_m[v]) : ks.max_m[v];
@@ -80,7 +82,6 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // reduction channels are followed by the next pixel's.
   const bool pixels_follow = !c.direct_dy || (s[4] == kpad && (c.bf16 || s[1] == 1));
   c.fuse_w = tuning.fuse_w && pixels_follow;
-  const Axis w_axis(p.y_size[2], p.dy_size[2], p.kernel[2], p.stride[2], p.dilation[2], p.pad_front[2]);
   for (const AxisPhase& ph : w_axis.phases)
     for (std::size_t t = 1; t < ph.taps.size(); ++t)
       if (ph.taps[t - 1].off != ph.taps[t].off + 1) c.fuse_w = false;
@@ -123,7 +124,6 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // a tdpbf16ps per (row tile, vector) and about half that per tile load (a dy tile per row tile, a filter
   // tile per vector), for 2 vectors.
   if (c.amx && !c.plane_mode && tuning.plane != 0) {
-    const Axis h_axis(p.y_size[1], p.dy_size[1], p.kernel[1], p.stride[1], p.dilation[1], p.pad_front[1]);
     std::int64_t padded_width = c.halo_lo + p.dy_size[2] + c.halo_hi, widest = 0;
     for (const AxisPhase& pw : w_axis.phases) widest = std::max(widest, pw.count);
     if (widest > padded_width) {  // every W phase's row must fit in a padded row

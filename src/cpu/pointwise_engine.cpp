@@ -16,8 +16,8 @@ namespace {
 
 // Pixels per tile: a multiple of 6 pixels (whole kernel calls of 6 or 3 pixels; 4-pixel ones leave a
 // partial call) that keeps the panel within kPanelBytes (in L2 beside a block's filter), from kMinWidth to
-// kMaxWidth. Each tile reads every filter block once: on i (2730 output
-// channels, 90 pixels by this rule) tiles of 96 to 192 pixels measured ~5 % faster than 48.
+// kMaxWidth. Each tile reads every filter block once: on i (2730 output channels, 90 pixels by this rule)
+// tiles of 96 to 192 pixels measured ~5 % faster than 48.
 constexpr std::int64_t kMinWidth = 48, kMaxWidth = 144, kPanelBytes = std::int64_t{1} << 20;
 constexpr std::int64_t kTasksPerThread = 4;  // runs of tiles per thread worth cutting images into
 constexpr std::int64_t kMaxPanelSteps = std::int64_t{1} << 18;  // a 48 MiB panel per thread at most
