@@ -413,7 +413,29 @@ class GemmEngine final : public EngineImpl {
     }
     std::vector<float> units(ncdhw && s[1] != 1 && !f32 ? static_cast<std::size_t>(valid * taps_) : 0);
     std::vector<float> transposed(ncdhw && s[1] != 1 ? static_cast<std::size_t>(taps_ * cbw) : 0);
+    // An output channel's values of a block (one run of input channels per tap, or one [ci][tap] run) lie a
+    // filter row apart from the next one's: too far for the hardware prefetchers, so those of the output
+    // channel kAhead on are requested while this one is moved.
+    constexpr std::int64_t kAhead = 4;
+    const auto esize = static_cast<std::int64_t>(dtype_size(p_.filter_dtype));
+    const auto prefetch_run = [&](std::int64_t co) __attribute__((always_inline)) {
+      if (co >= p_.Cout_g) return;
+      const char* at =
+          static_cast<const char*>(filter) + ((g * p_.Cout_g + co) * s[0] + b.ci0 * s[1]) * esize;
+      const auto lines = [](const char* from, std::int64_t bytes) __attribute__((always_inline)) {
+        for (std::int64_t i = 0; i < bytes; i += 64) _mm_prefetch(from + i, _MM_HINT_T0);
+        _mm_prefetch(from + bytes - 1, _MM_HINT_T0);
+      };
+      if (s[1] != 1) {
+        lines(at, valid * taps_ * esize);
+        return;
+      }
+      for (std::int64_t t = 0; t < taps_; ++t)
+        lines(at + tap_src_[static_cast<std::size_t>(t)] * esize, valid * esize);
+    };
+    for (std::int64_t co = 0; co < kAhead; ++co) prefetch_run(co);
     for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
+      prefetch_run(co + kAhead);
       const std::int64_t src = (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
       float* dst_co = dst + co * cbw;
       if (s[1] == 1) {
