@@ -1610,6 +1610,39 @@ TEST(CpuKernels, VectorWideningMatchesNumeric) {
   if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has vector widening kernels";
 }
 
+// Reader::widen on 8-bit codes: every code, with each input rounding, equals numeric's decoding (the value
+// get() gives), on every kernel set the CPU runs, with or without table kernels (AVX2 has none: a run
+// through the fp32 table); the run's neighbours untouched.
+TEST(CpuKernels, ReaderWidensEveryEightBitCode) {
+  std::vector<std::uint8_t> codes(256 * 3 + 5);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>(i * 7 + i / 256);
+  int sets_checked = 0;
+  for (Isa isa : {Isa::avx512, Isa::avx2}) {
+    if (!cpu_supports(isa)) continue;
+    const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
+    ++sets_checked;
+    for (DType dtype : {DType::hif8, DType::fp8_e4m3fn})
+      for (InputRounding rounding : {InputRounding::none, InputRounding::hf32, InputRounding::fp16}) {
+        const cpu::Reader reader(dtype, rounding);
+        ASSERT_TRUE(reader.widens(ks)) << to_string(dtype) << " on " << to_string(isa);
+        for (std::int64_t at : {0, 3})
+          for (std::int64_t len : {std::int64_t{1}, std::int64_t{31}, std::int64_t{256}, std::int64_t{769}}) {
+            std::vector<float> out(static_cast<std::size_t>(len + 2), -1.0f);
+            reader.widen(ks, codes.data(), at, len, out.data() + 1);
+            for (std::int64_t i = -1; i <= len; ++i) {
+              const float want =
+                  i < 0 || i == len ? -1.0f : numeric::load_rounded(dtype, codes.data(), at + i, rounding);
+              ASSERT_EQ(std::bit_cast<std::uint32_t>(out[static_cast<std::size_t>(i + 1)]),
+                        std::bit_cast<std::uint32_t>(want))
+                  << to_string(dtype) << " on " << to_string(isa) << ", code "
+                  << int{codes[static_cast<std::size_t>(at + std::max<std::int64_t>(i, 0))]} << " of " << len;
+            }
+          }
+      }
+  }
+  if (sets_checked == 0) GTEST_SKIP() << "the CPU has neither AVX2 nor AVX-512";
+}
+
 // copy_uncached: plain stores up to dst's first vector boundary, streaming stores, plain stores after; every
 // split of a run (start offsets across a 64-byte line, lengths around the vector widths) copies exactly
 // [0, n) and touches nothing either side.

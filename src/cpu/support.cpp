@@ -96,7 +96,7 @@ bool Reader::widens(const KernelSet& ks) const {
     case Kind::fp16:
       return ks.fp16_to_f32 != nullptr;
     case Kind::lut8:
-      return bf16_table() != nullptr && ks.widen8 != nullptr && ks.bf16_to_f32 != nullptr;
+      return true;
     default:
       return false;
   }
@@ -121,10 +121,14 @@ void Reader::widen(const KernelSet& ks, const void* base, std::int64_t at, std::
     case Kind::fp16:
       ks.fp16_to_f32(static_cast<const std::uint16_t*>(base) + at, dst, n);
       break;
-    default: {  // lut8: codes to bf16 by table, then to fp32, a chunk at a time
+    default: {  // lut8: codes to bf16 by vector table lookups, then to fp32, a chunk at a time
+      const auto* codes = static_cast<const std::uint8_t*>(base) + at;
+      if (bf16_table() == nullptr || ks.widen8 == nullptr || ks.bf16_to_f32 == nullptr) {
+        for (std::int64_t i = 0; i < n; ++i) dst[i] = lut_[codes[i]];  // a run through the fp32 table
+        break;
+      }
       constexpr std::int64_t kChunk = 256;
       std::uint16_t bits[kChunk];
-      const auto* codes = static_cast<const std::uint8_t*>(base) + at;
       for (std::int64_t i = 0; i < n; i += kChunk) {
         const std::int64_t m = std::min(kChunk, n - i);
         ks.widen8(codes + i, lut_bf16_, bits, m);

@@ -62,13 +62,13 @@ class Reader {
  public:
   Reader(DType dtype, InputRounding rounding);
 
-  // Whether widen() can use ks's vector kernels for this dtype and rounding.
+  // Whether widen() takes this dtype and rounding with ks: by its vector kernels, or for 8-bit codes by a
+  // run through the fp32 table where ks has no table kernels (a contiguous run either way).
   bool widens(const KernelSet& ks) const;
   // Whether the values are read as stored: fp32 without rounding, or bf16 (which no rounding changes), so
   // a vector kernel may move (or widen) them without a Reader.
   bool as_stored() const { return kind_ == Kind::f32 || kind_ == Kind::bf16; }
-  // dst[i] = element at + i of `base` as fp32 (the value get() gives), i < n, by vector kernels: only when
-  // widens(ks).
+  // dst[i] = element at + i of `base` as fp32 (the value get() gives), i < n: only when widens(ks).
   void widen(const KernelSet& ks, const void* base, std::int64_t at, std::int64_t n, float* dst) const;
   // An 8-bit type's 256 codes as bf16 bits (after the input rounding), or null unless every one is exact in
   // bf16: the table for KernelSet::widen8.
