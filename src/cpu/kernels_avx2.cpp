@@ -117,6 +117,54 @@ CONV3D_DX_INLINE __m256i tail8(std::int64_t n) {
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+// The low bytes of 8 int32 lanes (each 0..255) to dst[0, n), n <= 8.
+CONV3D_DX_INLINE void store_bytes(__m256i codes, std::uint8_t* dst, std::int64_t n) {
+  const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
+  const __m128i bytes = _mm_packus_epi16(words, words);
+  if (n == 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), bytes);
+    return;
+  }
+  alignas(16) std::uint8_t b[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(b), bytes);
+  std::memcpy(dst, b, static_cast<std::size_t>(n));
+}
+
+// Lanes of magnitude a (non-negative as int32) above `bound`.
+CONV3D_DX_INLINE __m256i above(__m256i a, std::uint32_t bound) {
+  return _mm256_cmpgt_epi32(a, _mm256_set1_epi32(static_cast<int>(bound)));
+}
+
+// f32_to_fp8_e4m3fn on 8 lanes: normals round to nearest even on bit 20 and are rebiased; subnormals (below
+// 2^-6) are counted in units of 2^-9, rounded to nearest even (8 units is the smallest normal's code).
+CONV3D_DX_INLINE __m256i fp8_e4m3fn_codes(__m256 v, bool saturate) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), _mm256_set1_epi32(0x80));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, 20), _mm256_set1_epi32(1));
+  const __m256i normal = _mm256_sub_epi32(
+      _mm256_srli_epi32(_mm256_add_epi32(a, _mm256_add_epi32(_mm256_set1_epi32(0x7FFFF), lsb)), 20),
+      _mm256_set1_epi32(120 << 3));
+  // Rounded to an integer first (to nearest even, whatever MXCSR says), then converted exactly.
+  const __m256i units =
+      _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_set1_ps(512.0f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  __m256i code = _mm256_or_si256(sign, _mm256_blendv_epi8(units, normal, above(a, 0x3C7FFFFFu)));
+  // Above 464 (ties to even 448 below it): NaN or the largest finite; NaN: NaN or +0.
+  code = _mm256_blendv_epi8(code, _mm256_or_si256(sign, _mm256_set1_epi32(saturate ? 0x7E : 0x7F)),
+                            above(a, 0x43E80000u));
+  return _mm256_blendv_epi8(
+      code, saturate ? _mm256_setzero_si256() : _mm256_or_si256(sign, _mm256_set1_epi32(0x7F)),
+      above(a, 0x7F800000u));
+}
+
+template <__m256i (*Codes)(__m256, bool)>
+void to_8bit(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store_bytes(Codes(_mm256_loadu_ps(src + i), saturate), dst + i, 8);
+  if (i < n) store_bytes(Codes(_mm256_maskload_ps(src + i, tail8(n - i)), saturate), dst + i, n - i);
+}
+
 // Of the 16 vector registers: one more for dy, one for a product. A tap covering part of the tile also keeps
 // its P masks live, so the widest tiles spill there (and CI = 8, one row of one vector, spills anyway).
 constexpr int kPixBudget = 14;
@@ -292,6 +340,10 @@ const KernelSet& avx2_kernels() {
     s.fp16_to_f32 = &fp16_to_f32;
     s.round_hf32 = &round_hf32;
     s.store_transposed = &store_transposed;
+    // FP8 only: for HiFloat8 numeric's table encoder (two 64 KiB tables) beat both a gather from a 4 KiB
+    // table of codes by magnitude and the computed form on Zen 3 (0.7-0.8 ns per value, against 0.9-1.4 and
+    // 1.4; FP8 here 0.3).
+    s.to_fp8_e4m3fn = &to_8bit<fp8_e4m3fn_codes>;
     s.pix_budget = kPixBudget;
     static_for<1, kMaxStreamV + 1>([&](auto v) {
       constexpr int rows = (15 - v) / v;  // R x V accumulators, V dy vectors, a filter value: 16 registers
