@@ -725,6 +725,55 @@ TEST_P(CpuPixel, NonFiniteFilterAtBordersMatchesReference) {
       }
 }
 
+// Converted fp32 dy rows carry zero halos, and with a finite filter every tap reads whole vectors: its
+// lanes outside dy must add nothing, whatever the workspace held before (here NaN bytes). A large kernel
+// without padding (every tap misses part of each row) converts even fp32 NCDHW dy; a 3 x 3 depthwise one
+// with few masked taps reads it in place. Exact on small integers, in every layout and for dtypes taking
+// each conversion path; dy's own infinities (fp32) stay where the reference puts them.
+TEST_P(CpuPixel, HaloLanesAddNothingWhateverTheWorkspaceHeld) {
+  std::mt19937_64 rng(173);
+  for (bool large_kernel : {true, false})
+    for (Layout fmt : kDataFormats)
+      for (DType t : {DType::f32, DType::f16, DType::hif8}) {
+        Case c = with_dtype(Case{}, pairs() ? DType::bf16 : t);
+        c.data_format = fmt;
+        c.y_dtype = DType::f32;
+        if (large_kernel) {
+          c.Cin = 3;
+          c.Cout = 5;
+          c.in = {5, 9, 21};
+          c.kernel = {3, 5, 7};
+          c.stride = {2, 2, 2};
+        } else {
+          c.groups = c.Cin = c.Cout = 8;
+          c.in = {1, 12, 64};
+          c.stride = {1, 2, 2};
+          c.pad_front = c.pad_back = {1, 1, 1};
+        }
+        for (bool inf_in_dy : {false, true}) {
+          if (inf_in_dy && c.dtype != DType::f32) continue;
+          Instance inst = instantiate(c, rng, Fill::small_integers);
+          if (inf_in_dy)
+            numeric::store_f32(c.dtype, inst.dy.view.data, inst.dy.view.strides[1] + inst.dy.view.strides[4],
+                               std::numeric_limits<float>::infinity(), OverflowMode::ieee);
+          const Problem p = validate(inst.spec);
+          std::string why;
+          auto engine = cpu::make_pixel(named_request(p, 2, GetParam()), GetParam(), why);
+          ASSERT_TRUE(engine) << why;
+          if (!pairs() && fmt == Layout::NCDHW && t == DType::f32) {
+            EXPECT_EQ(engine->workspace_bytes() > 0, large_kernel) << c.name() << ": fp32 dy converted";
+          }
+          std::vector<unsigned char> workspace(engine->workspace_bytes(), 0xFF);
+          engine->pack_filter(inst.filter.view.data);
+          engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
+          if (inf_in_dy)
+            EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", an infinity in dy";
+          else
+            EXPECT_TRUE(exactly_reference(p, inst)) << c.name();
+        }
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, CpuPixel, ::testing::Values(Isa::avx2, Isa::avx512, Isa::avx512_bf16),
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
