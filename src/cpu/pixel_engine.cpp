@@ -46,25 +46,28 @@ class PixelEngine final : public EngineImpl {
     // tile's whole vectors reach, so that where the filter is finite a tap reads whole vectors, its lanes
     // outside dy adding w x 0 = +-0 to sums that start from +0 (no bit changes), instead of masked loads
     // and a blend per FMA (AVX2); or bf16 pairs of channels interleaved per pixel (the odd channel of an odd
-    // Cout_g zero), without halos (vdpbf16ps may flush a sum a zero product is added to). fp32 dy with
-    // contiguous W is read in place instead unless the masked vector FMAs outnumber its values, what
-    // converting it costs (Zen 3, 2 threads, paired: suite f converted 0.44x the time; h, 0.4 masked FMAs
-    // per value, converted 1.3x).
+    // Cout_g zero), without halos (vdpbf16ps may flush a sum a zero product is added to). Halos at most
+    // double a row (short rows keep the masks). fp32 dy with contiguous W is read in place instead unless
+    // halos would spare more masked vector FMAs than it has values, what converting it costs (Zen 3, 2
+    // threads, paired: suite f converted 0.44x the time; h, 0.4 masked FMAs per value, converted 1.3x).
     const auto& s = p.dy_strides;
     const std::int64_t width = p_vec_ * lanes_;
+    std::int64_t lo = 0, hi = 0;
+    for (const AxisPhase& pw : ax_[2].phases)
+      for (const AxisTap& tw : pw.taps) {
+        if (pw.count == 0) continue;
+        lo = std::max(lo, -tw.off);
+        hi = std::max(hi, (pw.count - 1) / width * width + tw.off + width - p.dy_size[2]);
+      }
+    const bool halos = !pairs && lo + hi <= p.dy_size[2];
     direct_dy_ = !pairs && p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none && s[4] == 1 &&
-                 masked_fmas() <=
-                     static_cast<double>(p.N * p.G * p.Cout_g * p.dy_size[0] * p.dy_size[1] * p.dy_size[2]);
+                 (!halos || masked_fmas() <= static_cast<double>(p.N * p.G * p.Cout_g * p.dy_size[0] *
+                                                                 p.dy_size[1] * p.dy_size[2]));
     if (direct_dy_) {
       dy_n_ = s[0], dy_g_ = p.Cout_g * s[1], dy_c_ = s[1], dy_d_ = s[2], dy_h_ = s[3];
     } else {
-      if (!pairs)
-        for (const AxisPhase& pw : ax_[2].phases)
-          for (const AxisTap& tw : pw.taps) {
-            if (pw.count == 0) continue;
-            halo_lo_ = std::max(halo_lo_, -tw.off);
-            halo_hi_ = std::max(halo_hi_, (pw.count - 1) / width * width + tw.off + width - p.dy_size[2]);
-          }
+      halos_ = halos;
+      if (halos_) halo_lo_ = lo, halo_hi_ = hi;
       dy_h_ = halo_lo_ + p.dy_size[2] + halo_hi_;
       dy_d_ = p.dy_size[1] * dy_h_;
       dy_c_ = p.dy_size[0] * dy_d_;
@@ -336,7 +339,7 @@ class PixelEngine final : public EngineImpl {
     const std::int64_t nch = (g1 - g0) * ci_;
     // With a finite filter, fp32 taps read whole vectors: the lanes outside dy read its zero halos (and
     // those from m on are never stored).
-    const bool whole = !pairs_ && !direct_dy_ && finite_filter_;
+    const bool whole = halos_ && finite_filter_;
 
     for (const AxisPhase& PW : W.phases) {
       for (std::int64_t j0 = 0; j0 < PW.count; j0 += width) {
@@ -425,6 +428,7 @@ class PixelEngine final : public EngineImpl {
   std::vector<std::int64_t> tap_src_;  // filter element offset of each tap (kd, kh, kw order)
   AlignedPtr wpack_;
   bool direct_dy_ = false;                  // fp32 dy read in place (no halos)
+  bool halos_ = false;                      // converted fp32 dy rows with halos
   std::int64_t halo_lo_ = 0, halo_hi_ = 0;  // zero pixels before and after each converted fp32 dy row
   bool finite_filter_ = false;              // the packed filter holds no infinity or NaN
   bool tiny_filter_ = false;                // the packed bf16 filter holds a tiny value (tiny_bf16)
