@@ -208,6 +208,29 @@ TEST_P(CpuIsa, TileEdges) {
   expect_counts(216);  // the fp32 and fp16 two thirds of 324
 }
 
+// W taps that reach 1 to 3 pixels past a border (5- and 7-wide kernels, dilation 1 and 2) cover every part
+// [lo, hi) of tiles of 3 to 6 pixels at both ends of a row: each part runs by its own loop (AVX2) or pixel
+// by pixel. Exact on small integers.
+TEST_P(CpuIsa, TapsCoveringPartOfATile) {
+  const int lanes = GetParam() == Isa::avx2 ? 8 : 16;
+  std::mt19937_64 rng(43);
+  for (int max_m : {3, 4, 5, 6})
+    for (std::int64_t kw : {5, 7})
+      for (std::int64_t dilation : {1, 2})
+        for (std::int64_t w : {max_m, 2 * max_m + 1}) {
+          Case c = with_dtype(Case{}, DType::bf16);
+          c.y_dtype = DType::f32;
+          c.Cin = 2 * lanes;
+          c.Cout = 3;
+          c.in = {1, 2, w};
+          c.kernel = {1, 1, kw};
+          c.dilation = {1, 1, dilation};
+          c.pad_front = c.pad_back = {0, 0, (kw - 1) / 2 * dilation};
+          check(c, rng, Fill::small_integers, cpu::GemmTuning{2, max_m});
+        }
+  expect_counts(0);
+}
+
 // A narrower last channel block of every width below the widest (4 + 1, 2 and 3 vectors of channels, the
 // last lane unused), after 4-vector blocks forced (AMX caps them at 2) and with the default blocking (on
 // AVX2 4-vector blocks for the short reduction, 2-vector ones for the long); fp32 and bf16, both layouts.

@@ -4,9 +4,9 @@
 //
 // acc[M][NV] lives in registers for the whole reduction; for each tap and reduction step the kernel loads NV
 // filter vectors and broadcasts one dy value (or bf16 pair) per pixel. Pixels whose tap falls outside dy
-// (W borders) are skipped: the common shapes of such ranges get compile-time variants, the rest go pixel by
-// pixel. The order of the reduction (taps in list order, then channels ascending) never depends on the
-// blocking of other tiles or on threads.
+// (W borders) are skipped: the common shapes of such ranges get compile-time variants (on AVX2 every range
+// of a tile of up to 6 pixels), the rest go pixel by pixel. The order of the reduction (taps in list order,
+// then channels ascending) never depends on the blocking of other tiles or on threads.
 //
 // Include it inside a namespace, after <immintrin.h>, <cstdint>, <cstring>, <type_traits> and
 // "cpu/kernels.hpp". It also holds what else the ISA files share (static_for, prefetch_lines, and the
@@ -88,6 +88,26 @@ struct Tile {
     }
   }
 
+  // Pixels [lo, hi) by a loop of their own, where V::kEveryRange asks for one for every range of a tile of
+  // up to 6 pixels; returns whether it ran. Otherwise such ranges go pixel by pixel, each step loading the
+  // filter vectors for one pixel's FMAs (taps reaching 2 or more pixels past a border: 5 x 5 x 5 kernels).
+  static CONV3D_DX_INLINE bool run_range(R (&acc)[M][NV], int lo, int hi, const In* d, std::int64_t ps,
+                                         std::int64_t cs, const char* w, std::int64_t k) {
+    if constexpr (V::kEveryRange && M <= 6) {
+      bool done = false;
+      static_for<0, M>([&](auto l) __attribute__((always_inline)) {
+        static_for<decltype(l)::value + 1, M + 1>([&](auto h) __attribute__((always_inline)) {
+          if (done || lo != l || hi != h) return;
+          run<l, h>(acc, d + l * ps, ps, cs, w, k);
+          done = true;
+        });
+      });
+      return done;
+    } else {
+      return false;
+    }
+  }
+
   static void kernel(const TileArgs& a) {
     R acc[M][NV];
     static_for<0, M>([&](auto p) __attribute__((always_inline)) {
@@ -108,7 +128,7 @@ struct Tile {
         run<1, M>(acc, dy + (tap.dy_off + ps), ps, cs, w, k);
       } else if (lo == 0 && hi == M - 1) {
         run<0, M - 1>(acc, dy + tap.dy_off, ps, cs, w, k);
-      } else {
+      } else if (!run_range(acc, lo, hi, dy + tap.dy_off, ps, cs, w, k)) {
         static_for<0, M>([&](auto p) __attribute__((always_inline)) {
           if (p >= lo && p < hi) run<p, p + 1>(acc, dy + (tap.dy_off + p * ps), ps, cs, w, k);
         });
