@@ -208,26 +208,31 @@ TEST_P(CpuIsa, TileEdges) {
   expect_counts(216);  // the fp32 and fp16 two thirds of 324
 }
 
-// W taps that reach 1 to 3 pixels past a border (5- and 7-wide kernels, dilation 1 and 2) cover every part
-// [lo, hi) of tiles of 3 to 6 pixels at both ends of a row: each part runs by its own loop (AVX2) or pixel
-// by pixel. Exact on small integers.
+// W taps that reach 1 to 3 pixels past a border (5- and 7-wide kernels, dilation 1 and 2) cover parts
+// [lo, hi) of tiles of 3 to 6 pixels at both ends of a row: prefixes and suffixes with symmetric pads, and
+// with all the padding in front, rows of one tile whose dy is shorter than the tile (parts missing both
+// ends). Each part runs by its own loop (AVX2) or pixel by pixel. Exact on small integers.
 TEST_P(CpuIsa, TapsCoveringPartOfATile) {
   const int lanes = GetParam() == Isa::avx2 ? 8 : 16;
   std::mt19937_64 rng(43);
   for (int max_m : {3, 4, 5, 6})
     for (std::int64_t kw : {5, 7})
       for (std::int64_t dilation : {1, 2})
-        for (std::int64_t w : {max_m, 2 * max_m + 1}) {
-          Case c = with_dtype(Case{}, DType::bf16);
-          c.y_dtype = DType::f32;
-          c.Cin = 2 * lanes;
-          c.Cout = 3;
-          c.in = {1, 2, w};
-          c.kernel = {1, 1, kw};
-          c.dilation = {1, 1, dilation};
-          c.pad_front = c.pad_back = {0, 0, (kw - 1) / 2 * dilation};
-          check(c, rng, Fill::small_integers, cpu::GemmTuning{2, max_m});
-        }
+        for (std::int64_t w : {max_m, 2 * max_m + 1})
+          for (bool front : {false, true}) {
+            const std::int64_t reach = (kw - 1) * dilation;
+            if (front && w + reach / 2 <= reach) continue;  // dy would be empty
+            Case c = with_dtype(Case{}, DType::bf16);
+            c.y_dtype = DType::f32;
+            c.Cin = 2 * lanes;
+            c.Cout = 3;
+            c.in = {1, 2, w};
+            c.kernel = {1, 1, kw};
+            c.dilation = {1, 1, dilation};
+            c.pad_front = {0, 0, reach / 2};
+            c.pad_back = {0, 0, front ? 0 : reach / 2};
+            check(c, rng, Fill::small_integers, cpu::GemmTuning{2, max_m});
+          }
   expect_counts(0);
 }
 
@@ -748,23 +753,27 @@ TEST_P(CpuPixel, NonFiniteFilterAtBordersMatchesReference) {
       }
 }
 
-// Converted fp32 dy rows carry zero halos, and with a finite filter every tap reads whole vectors: its
-// lanes outside dy must add nothing, whatever the workspace held before (here NaN bytes). A large kernel
-// without padding (every tap misses part of each row) converts even fp32 NCDHW dy; a 3 x 3 depthwise one
-// with few masked taps reads it in place, and so do rows of 3 pixels, too short for halos (which would
-// more than double them). Exact on small integers, in every layout and for dtypes taking each conversion
-// path; dy's own infinities (fp32) stay where the reference puts them.
+// On AVX2 converted fp32 dy rows carry zero halos, and with a finite filter every tap reads whole vectors:
+// its lanes outside dy must add nothing, whatever the workspace held before (here NaN bytes). A large
+// kernel without padding (every tap misses part of each row; one image and group, or two of each) converts
+// even fp32 NCDHW dy; a 3 x 3 depthwise one with few masked taps reads it in place, and so do rows of 3
+// pixels, too short for halos (which would more than double them); on AVX-512 masks are free and nothing
+// gets halos. Exact on small integers, in every layout and for dtypes taking each conversion path; dy's own
+// infinities (fp32) stay where the reference puts them.
 TEST_P(CpuPixel, HaloLanesAddNothingWhateverTheWorkspaceHeld) {
   std::mt19937_64 rng(173);
-  for (int shape : {0, 1, 2})
+  for (int shape : {0, 1, 2, 3})
     for (Layout fmt : kDataFormats)
       for (DType t : {DType::f32, DType::f16, DType::hif8}) {
+        if (pairs() && t != DType::f32) continue;  // bf16 pairs: one pass
         Case c = with_dtype(Case{}, pairs() ? DType::bf16 : t);
         c.data_format = fmt;
         c.y_dtype = DType::f32;
-        if (shape == 0) {  // large kernel
-          c.Cin = 3;
-          c.Cout = 5;
+        if (shape == 0 || shape == 3) {  // large kernel; 3: two images, two groups
+          c.N = shape == 3 ? 2 : 1;
+          c.groups = shape == 3 ? 2 : 1;
+          c.Cin = 3 * c.groups;
+          c.Cout = 5 * c.groups;
           c.in = {5, 9, 41};
           c.kernel = {3, 5, 7};
           c.stride = {2, 2, 2};
@@ -783,15 +792,21 @@ TEST_P(CpuPixel, HaloLanesAddNothingWhateverTheWorkspaceHeld) {
           if (inf_in_dy && c.dtype != DType::f32) continue;
           Instance inst = instantiate(c, rng, Fill::small_integers);
           if (inf_in_dy)
-            numeric::store_f32(c.dtype, inst.dy.view.data, inst.dy.view.strides[1] + inst.dy.view.strides[4],
+            numeric::store_f32(c.dtype, inst.dy.view.data, inst.dy.view.strides[4],  // the innermost's second
                                std::numeric_limits<float>::infinity(), OverflowMode::ieee);
           const Problem p = validate(inst.spec);
           std::string why;
           auto engine = cpu::make_pixel(named_request(p, 2, GetParam()), GetParam(), why);
           ASSERT_TRUE(engine) << why;
-          if (!pairs() && fmt == Layout::NCDHW && t == DType::f32) {
-            EXPECT_EQ(engine->workspace_bytes() > 0, shape == 0) << c.name() << ": fp32 dy converted";
-          }
+          // Halos on AVX2 (where masks cost a blend per FMA) wherever dy is converted, but for the short
+          // rows; fp32 NCDHW dy read in place unless halos spare the large kernels' masks.
+          const bool can_halo = GetParam() == Isa::avx2 && shape != 2;
+          const bool in_place = !pairs() && fmt == Layout::NCDHW && t == DType::f32 &&
+                                !(can_halo && (shape == 0 || shape == 3));
+          const bool halos = can_halo && !in_place;
+          EXPECT_EQ(engine->config().find("halos") != std::string::npos, halos)
+              << c.name() << ": " << engine->config();
+          EXPECT_EQ(engine->workspace_bytes() == 0, in_place) << c.name() << ": " << engine->config();
           std::vector<unsigned char> workspace(engine->workspace_bytes(), 0xFF);
           engine->pack_filter(inst.filter.view.data);
           engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());

@@ -378,11 +378,11 @@ class GemmEngine final : public EngineImpl {
     return tiny || (config_.amx && nonfinite);
   }
 
-  // pack_block for the fp32 kernels with a filter the reader widens by vector kernels (fp32, bf16, fp16,
-  // 8-bit): per tap a widened run when input channels are contiguous; for a dense NCDHW filter, per output
-  // channel its [ci][tap] run (widened first unless fp32) transposed to [tap][ci] by a vector kernel, then
-  // copied to the taps' packed places; a filter with contiguous output channels transposed tap by tap (fp32
-  // and bf16 in place, other types widened row by row first). Returns false, packing nothing, for other
+  // pack_block for the fp32 kernels with a filter the reader widens run by run (Reader::widens: fp32, bf16,
+  // fp16, 8-bit): per tap a widened run when input channels are contiguous; for a dense NCDHW filter, per
+  // output channel its [ci][tap] run (widened first unless fp32) transposed to [tap][ci] by a vector kernel,
+  // then copied to the taps' packed places; a filter with contiguous output channels transposed tap by tap
+  // (fp32 and bf16 in place, other types widened row by row first). Returns false, packing nothing, for other
   // layouts.
   bool pack_f32_block(const void* filter, std::int64_t g, const Block& b, float* dst) const {
     const auto& s = p_.filter_strides;

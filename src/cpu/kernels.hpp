@@ -45,7 +45,8 @@ using TileFn = void (*)(const TileArgs&);
 // lanes consecutive pixels of one W phase, fp32 accumulators. dy is channel-first in 4-byte units (an fp32
 // value, or a bf16 pair of channels 2c and 2c + 1): unit (step s, row r, pixel x) of tap t is
 // dy[dy_off + s * co_stride + r * row_stride + x]; rows whose bit is clear in `rows` and pixels outside
-// [lo, hi) are skipped, so no term outside dy ever enters a sum. w: [k][CI] 4-byte units for the tap.
+// [lo, hi) are skipped, so no term outside [lo, hi) enters a sum (the engine widens [lo, hi) over zero
+// halos where that changes no value). w: [k][CI] 4-byte units for the tap.
 struct PixTap {
   std::int64_t dy_off;
   const void* w;
@@ -112,7 +113,10 @@ struct KernelSet {
   // The same operands (bf16 pairs of dy and filter) widened to fp32 and summed by FMAs: exact where
   // vdpbf16ps flushes denormal inputs, products or sums (see tiny_bf16 in support.hpp).
   TileFn bf16_exact[kMaxNv + 1][kMaxM + 1] = {};
-  int pix_budget = 0;                                         // registers of a pixel tile (pix_rows)
+  int pix_budget = 0;  // registers of a pixel tile (pix_rows)
+  // A pixel tile's taps that cover part of its vectors cost a blend per FMA (AVX2, no mask registers): the
+  // pixel engine gives converted fp32 dy halos so that they read whole vectors instead.
+  bool pix_masks_cost = false;
   PixFn pix[kMaxPixCi + 1][kMaxPixP + 1] = {};                // [CI][P], R = pix_rows(CI, P, pix_budget)
   PixFn pix_bf16[kMaxPixCi + 1][kMaxPixP + 1] = {};           // the same over bf16 channel pairs (vdpbf16ps)
   PixFn pix_bf16_exact[kMaxPixCi + 1][kMaxPixP + 1] = {};     // bf16 pairs widened to fp32, FMAs

@@ -346,6 +346,7 @@ const KernelSet& avx2_kernels() {
     // 1.4; FP8 here 0.3).
     s.to_fp8_e4m3fn = &to_8bit<fp8_e4m3fn_codes>;
     s.pix_budget = kPixBudget;
+    s.pix_masks_cost = true;
     static_for<1, kMaxStreamV + 1>([&](auto v) {
       constexpr int rows = (15 - v) / v;  // R x V accumulators, V dy vectors, a filter value: 16 registers
       s.stream_rows[v] = rows;

@@ -42,14 +42,14 @@ class PixelEngine final : public EngineImpl {
         for (std::int64_t kw = 0; kw < p.kernel[2]; ++kw)
           tap_src_.push_back(kd * p.filter_strides[2] + kh * p.filter_strides[3] + kw * p.filter_strides[4]);
 
-    // dy channel-first, converted into the workspace: fp32 rows with zero pixels on both sides as far as any
-    // tile's whole vectors reach, so that where the filter is finite a tap reads whole vectors, its lanes
-    // outside dy adding w x 0 = +-0 to sums that start from +0 (no bit changes), instead of masked loads
-    // and a blend per FMA (AVX2); or bf16 pairs of channels interleaved per pixel (the odd channel of an odd
-    // Cout_g zero), without halos (vdpbf16ps may flush a sum a zero product is added to). Halos at most
-    // double a row (short rows keep the masks). fp32 dy with contiguous W is read in place instead unless
-    // halos would spare more masked vector FMAs than it has values, what converting it costs (Zen 3, 2
-    // threads, paired: suite f converted 0.44x the time; h, 0.4 masked FMAs per value, converted 1.3x).
+    // dy channel-first, converted into the workspace: fp32 rows, where masks cost a blend per FMA (AVX2)
+    // with zero pixels on both sides as far as any tile's whole vectors reach, so that where the filter is
+    // finite a tap reads whole vectors instead, its lanes outside dy adding w x 0 = +-0 (no value changes;
+    // docs/numerics.md on a zero's sign); or bf16 pairs of channels interleaved per pixel (the odd channel
+    // of an odd Cout_g zero), without halos (vdpbf16ps may flush a sum a zero product is added to). Halos
+    // at most double a row (short rows keep the masks). fp32 dy with contiguous W is read in place instead
+    // unless halos would spare more masked vector FMAs than it has values, what converting it costs (Zen 3,
+    // 2 threads, paired: suite f converted 0.44x the time; h, 0.4 masked FMAs per value, converted 1.3x).
     const auto& s = p.dy_strides;
     const std::int64_t width = p_vec_ * lanes_;
     std::int64_t lo = 0, hi = 0;
@@ -59,7 +59,7 @@ class PixelEngine final : public EngineImpl {
         lo = std::max(lo, -tw.off);
         hi = std::max(hi, (pw.count - 1) / width * width + tw.off + width - p.dy_size[2]);
       }
-    const bool halos = !pairs && lo + hi <= p.dy_size[2];
+    const bool halos = !pairs && ks.pix_masks_cost && lo + hi <= p.dy_size[2];
     direct_dy_ = !pairs && p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none && s[4] == 1 &&
                  (!halos || masked_fmas() <= static_cast<double>(p.N * p.G * p.Cout_g * p.dy_size[0] *
                                                                  p.dy_size[1] * p.dy_size[2]));
@@ -93,6 +93,14 @@ class PixelEngine final : public EngineImpl {
   }
 
   std::string name() const override { return name_; }
+  std::string config() const override {
+    return std::to_string(ci_) + " input channels x " + std::to_string(rows_) + " rows x " +
+           std::to_string(p_vec_ * lanes_) + " pixels per tile, dy " +
+           (direct_dy_ ? "read in place"
+            : halos_   ? "converted with halos of " + std::to_string(halo_lo_) + " and " +
+                           std::to_string(halo_hi_) + " pixels (whole vectors where the filter is finite)"
+                     : "converted");
+  }
 
   std::size_t workspace_bytes() const override { return static_cast<std::size_t>(memory().workspace); }
 
@@ -337,8 +345,8 @@ class PixelEngine final : public EngineImpl {
     const std::optional<StoreType> y_type = transposed_store_type(p_.y_dtype);
     const bool transpose = s[1] == 1 && ks_.store_transposed && g1 - g0 > 1 && y_type;
     const std::int64_t nch = (g1 - g0) * ci_;
-    // With a finite filter, fp32 taps read whole vectors: the lanes outside dy read its zero halos (and
-    // those from m on are never stored).
+    // With a finite filter, fp32 taps read whole vectors: the lanes outside dy read its zero halos and add
+    // w x 0 (those from m on are never stored).
     const bool whole = halos_ && finite_filter_;
 
     for (const AxisPhase& PW : W.phases) {

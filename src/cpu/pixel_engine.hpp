@@ -1,6 +1,7 @@
 // The few-channel engine: when a group has few input channels (Cin_g <= 8, depthwise included), vectorise
 // over pixels instead of channels. Same phase decomposition as the GEMM engine; dy is read channel-first
-// (NCDHW fp32 in place, else converted once into the workspace); the filter is packed as [g][tap][co][ci];
+// (NCDHW fp32 in place, or converted once into the workspace, on AVX2 with zero halos on its rows); the
+// filter is packed as [g][tap][co][ci];
 // tiles are CI channels x R rows x P vectors of 16 (AVX-512) or 8 (AVX2) pixels along W, accumulated in fp32.
 #pragma once
 

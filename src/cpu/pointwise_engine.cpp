@@ -182,7 +182,7 @@ class PointwiseEngine final : public EngineImpl {
         ks_.store_transposed(dy_bytes + src * elem_, p_.dy_dtype == DType::bf16, cs, nr, m, panel + r0,
                              StoreType::f32, kp_, false);
       } else {
-        if (dy_reader_.widens(ks_)) {  // widened exactly (with the input rounding) by vector kernels
+        if (dy_reader_.widens(ks_)) {  // widened exactly (with the input rounding), run by run
           for (std::int64_t r = 0; r < nr; ++r) dy_reader_.widen(ks_, dy, src + r * cs, m, rows + r * width_);
         } else {
           dy_reader_.visit(dy, [&](auto get) {

@@ -63,7 +63,8 @@ class Reader {
   Reader(DType dtype, InputRounding rounding);
 
   // Whether widen() takes this dtype and rounding with ks: by its vector kernels, or for 8-bit codes by a
-  // run through the fp32 table where ks has no table kernels (a contiguous run either way).
+  // run through the fp32 table where ks has no table kernels or the codes are not all exact in bf16 (a
+  // contiguous run either way).
   bool widens(const KernelSet& ks) const;
   // Whether the values are read as stored: fp32 without rounding, or bf16 (which no rounding changes), so
   // a vector kernel may move (or widen) them without a Reader.
