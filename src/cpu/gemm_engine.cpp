@@ -422,16 +422,12 @@ class GemmEngine final : public EngineImpl {
       if (co >= p_.Cout_g) return;
       const char* at =
           static_cast<const char*>(filter) + ((g * p_.Cout_g + co) * s[0] + b.ci0 * s[1]) * esize;
-      const auto lines = [](const char* from, std::int64_t bytes) __attribute__((always_inline)) {
-        for (std::int64_t i = 0; i < bytes; i += 64) _mm_prefetch(from + i, _MM_HINT_T0);
-        _mm_prefetch(from + bytes - 1, _MM_HINT_T0);
-      };
       if (s[1] != 1) {
-        lines(at, valid * taps_ * esize);
+        prefetch_bytes(at, valid * taps_ * esize);
         return;
       }
       for (std::int64_t t = 0; t < taps_; ++t)
-        lines(at + tap_src_[static_cast<std::size_t>(t)] * esize, valid * esize);
+        prefetch_bytes(at + tap_src_[static_cast<std::size_t>(t)] * esize, valid * esize);
     };
     for (std::int64_t co = 0; co < kAhead; ++co) prefetch_run(co);
     for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
@@ -1032,8 +1028,7 @@ class GemmEngine final : public EngineImpl {
         }
         for (auto it = wt.rbegin(); it != wt.rend(); ++it) {
           const AxisTap& tw = *it;
-          const std::int64_t lo = halo ? 0 : std::clamp<std::int64_t>(-tw.off - j0, 0, m);
-          const std::int64_t hi = halo ? m : std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
+          const auto [lo, hi] = halo ? std::pair<std::int64_t, std::int64_t>{0, m} : W.inside(tw, j0, m);
           if (lo >= hi) continue;
           taps[ntaps++] = {off_dh + (j0 + tw.off) * dy_w_,
                            wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(tw.k)]) * tap_bytes, steps,

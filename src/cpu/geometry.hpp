@@ -6,7 +6,9 @@
 // taps contributes zeros. Dilation needs nothing special: it only changes which taps fall in which phase.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "conv3d_dx/conv3d_dx.hpp"
@@ -40,6 +42,10 @@ struct Axis {
 
   // Taps of `phase` that land inside dy at position j.
   bool valid(const AxisTap& t, std::int64_t j) const { return j + t.off >= 0 && j + t.off < out; }
+  // The positions j0 + [lo, hi) of j0 + [0, m) at which tap t lands inside dy, as {lo, hi} (lo >= hi: none).
+  std::pair<std::int64_t, std::int64_t> inside(const AxisTap& t, std::int64_t j0, std::int64_t m) const {
+    return {std::clamp<std::int64_t>(-t.off - j0, 0, m), std::clamp<std::int64_t>(out - t.off - j0, 0, m)};
+  }
   // Whether any tap of `phase` lands inside dy at position j (if none, y there is zero).
   bool reaches(const AxisPhase& phase, std::int64_t j) const {
     for (const AxisTap& t : phase.taps)

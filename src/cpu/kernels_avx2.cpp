@@ -18,7 +18,7 @@ namespace avx2 {
 struct V {
   using R = __m256;
   static constexpr int kLanes = 8;
-  static constexpr bool kEveryRange = true;  // Tile::run_range
+  static constexpr bool kEveryRange = true;  // Tile::run_part
   static CONV3D_DX_INLINE R zero() { return _mm256_setzero_ps(); }
   static CONV3D_DX_INLINE R load(const char* p) { return _mm256_load_ps(reinterpret_cast<const float*>(p)); }
   static CONV3D_DX_INLINE R loadu(const float* p) { return _mm256_loadu_ps(p); }

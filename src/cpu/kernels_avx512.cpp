@@ -19,7 +19,7 @@ namespace avx512 {
 struct V {
   using R = __m512;
   static constexpr int kLanes = 16;
-  static constexpr bool kEveryRange = false;  // Tile::run_range: unmeasured on AVX-512 cores
+  static constexpr bool kEveryRange = false;  // Tile::run_part: unmeasured on AVX-512 cores
   static CONV3D_DX_INLINE R zero() { return _mm512_setzero_ps(); }
   static CONV3D_DX_INLINE R load(const char* p) { return _mm512_load_ps(reinterpret_cast<const float*>(p)); }
   static CONV3D_DX_INLINE R loadu(const float* p) { return _mm512_loadu_ps(p); }

@@ -204,9 +204,10 @@ class PixelEngine final : public EngineImpl {
     const auto reached = [](const Axis& a) {
       double n = 0;
       for (const AxisPhase& ph : a.phases)
-        for (const AxisTap& t : ph.taps)
-          n += static_cast<double>(std::clamp<std::int64_t>(a.out - t.off, 0, ph.count) -
-                                   std::clamp<std::int64_t>(-t.off, 0, ph.count));
+        for (const AxisTap& t : ph.taps) {
+          const auto [lo, hi] = a.inside(t, 0, ph.count);
+          n += static_cast<double>(std::max<std::int64_t>(0, hi - lo));
+        }
       return n;
     };
     double masked = 0;
@@ -214,8 +215,7 @@ class PixelEngine final : public EngineImpl {
       for (std::int64_t j0 = 0; j0 < pw.count; j0 += width)
         for (const AxisTap& tw : pw.taps) {
           const std::int64_t m = std::min(width, pw.count - j0);
-          const std::int64_t lo = std::clamp<std::int64_t>(-tw.off - j0, 0, m),
-                             hi = std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
+          const auto [lo, hi] = W.inside(tw, j0, m);
           if (lo < hi && !(lo == 0 && hi == width)) masked += 1;
         }
     return masked * p_vec_ * ci_ * reached(H) * reached(D) * static_cast<double>(k_) *
@@ -363,8 +363,7 @@ class PixelEngine final : public EngineImpl {
             const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
             const std::int64_t off_dh = (jd + td.off) * dy_d_ + (grp.j0 + th.off) * dy_h_;
             for (const AxisTap& tw : PW.taps) {
-              std::int64_t lo = std::clamp<std::int64_t>(-tw.off - j0, 0, m);
-              std::int64_t hi = std::clamp<std::int64_t>(W.out - tw.off - j0, 0, m);
+              auto [lo, hi] = W.inside(tw, j0, m);
               if (lo >= hi) continue;
               if (whole) lo = 0, hi = width;
               taps[ntaps++] = {off_dh + j0 + tw.off, w_g0 + (tap_dh + tw.k) * k_ * ci_ * 4, rows,

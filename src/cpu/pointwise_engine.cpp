@@ -1,7 +1,5 @@
 #include "cpu/pointwise_engine.hpp"
 
-#include <xmmintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <vector>
@@ -151,15 +149,11 @@ class PointwiseEngine final : public EngineImpl {
   bool fill_panel(const void* dy, std::int64_t at, std::int64_t m, float* panel, float* rows) const {
     const std::int64_t cs = p_.dy_strides[1], row_bytes = m * elem_;
     // Rows lie a plane apart in dy: too far for the hardware prefetchers, so each block's rows are
-    // requested while the block before is transposed. (Inlined: GCC deems a function of prefetches alone
-    // free of effects and drops its calls.)
+    // requested while the block before is transposed.
     const auto* dy_bytes = static_cast<const char*>(dy);
     const auto prefetch = [&](std::int64_t r0) __attribute__((always_inline)) {
-      for (std::int64_t r = r0; r < std::min(r0 + kRows, p_.Cout_g); ++r) {
-        const char* row = dy_bytes + (at + r * cs) * elem_;
-        for (std::int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
-        _mm_prefetch(row + row_bytes - 1, _MM_HINT_T0);
-      }
+      for (std::int64_t r = r0; r < std::min(r0 + kRows, p_.Cout_g); ++r)
+        prefetch_bytes(dy_bytes + (at + r * cs) * elem_, row_bytes);
     };
     prefetch(0);
     bool tiny = false;

@@ -5,8 +5,8 @@
 // acc[M][NV] lives in registers for the whole reduction; for each tap and reduction step the kernel loads NV
 // filter vectors and broadcasts one dy value (or bf16 pair) per pixel. Pixels whose tap falls outside dy
 // (W borders) are skipped: the common shapes of such ranges get compile-time variants (on AVX2 every range
-// of a tile of up to 6 pixels), the rest go pixel by pixel. The order of the reduction (taps in list order,
-// then channels ascending) never depends on the blocking of other tiles or on threads.
+// of a tile of up to 6 pixels: run_part), the rest go pixel by pixel. The order of the reduction (taps in
+// list order, then channels ascending) never depends on the blocking of other tiles or on threads.
 //
 // Include it inside a namespace, after <immintrin.h>, <cstdint>, <cstring>, <type_traits> and
 // "cpu/kernels.hpp". It also holds what else the ISA files share (static_for, prefetch_lines, and the
@@ -88,23 +88,27 @@ struct Tile {
     }
   }
 
-  // Pixels [lo, hi) by a loop of their own, where V::kEveryRange asks for one for every range of a tile of
-  // up to 6 pixels; returns whether it ran. Otherwise such ranges go pixel by pixel, each step loading the
-  // filter vectors for one pixel's FMAs (taps reaching 2 or more pixels past a border: 5 x 5 x 5 kernels).
-  static CONV3D_DX_INLINE bool run_range(R (&acc)[M][NV], int lo, int hi, const In* d, std::int64_t ps,
-                                         std::int64_t cs, const char* w, std::int64_t k) {
+  // The tap's pixels [lo, hi) of a tile that it does not cover whole: where V::kEveryRange asks, every such
+  // range of a tile of up to 6 pixels has a loop of its own; otherwise the tile one pixel short at either
+  // end has, and other ranges go pixel by pixel, each step loading the filter vectors for one pixel's FMAs
+  // (taps reaching 2 or more pixels past a border: 5 x 5 x 5 kernels).
+  static CONV3D_DX_INLINE void run_part(R (&acc)[M][NV], int lo, int hi, const In* d, std::int64_t ps,
+                                        std::int64_t cs, const char* w, std::int64_t k) {
     if constexpr (V::kEveryRange && M <= 6) {
-      bool done = false;
       static_for<0, M>([&](auto l) __attribute__((always_inline)) {
         static_for<decltype(l)::value + 1, M + 1>([&](auto h) __attribute__((always_inline)) {
-          if (done || lo != l || hi != h) return;
-          run<l, h>(acc, d + l * ps, ps, cs, w, k);
-          done = true;
+          if constexpr (l != 0 || h != M)
+            if (lo == l && hi == h) run<l, h>(acc, d + l * ps, ps, cs, w, k);
         });
       });
-      return done;
+    } else if (lo == 1 && hi == M) {
+      run<1, M>(acc, d + ps, ps, cs, w, k);
+    } else if (lo == 0 && hi == M - 1) {
+      run<0, M - 1>(acc, d, ps, cs, w, k);
     } else {
-      return false;
+      static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+        if (p >= lo && p < hi) run<p, p + 1>(acc, d + p * ps, ps, cs, w, k);
+      });
     }
   }
 
@@ -122,17 +126,10 @@ struct Tile {
       const char* w = static_cast<const char*>(tap.w);
       const int lo = tap.lo, hi = tap.hi;
       const std::int64_t k = tap.k;
-      if (lo == 0 && hi == M) {
+      if (lo == 0 && hi == M)
         run<0, M>(acc, dy + tap.dy_off, ps, cs, w, k);
-      } else if (lo == 1 && hi == M) {
-        run<1, M>(acc, dy + (tap.dy_off + ps), ps, cs, w, k);
-      } else if (lo == 0 && hi == M - 1) {
-        run<0, M - 1>(acc, dy + tap.dy_off, ps, cs, w, k);
-      } else if (!run_range(acc, lo, hi, dy + tap.dy_off, ps, cs, w, k)) {
-        static_for<0, M>([&](auto p) __attribute__((always_inline)) {
-          if (p >= lo && p < hi) run<p, p + 1>(acc, dy + (tap.dy_off + p * ps), ps, cs, w, k);
-        });
-      }
+      else
+        run_part(acc, lo, hi, dy + tap.dy_off, ps, cs, w, k);
     }
     static_for<0, M>([&](auto p) __attribute__((always_inline)) {
       static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
