@@ -707,6 +707,28 @@ TEST_P(CpuPixel, DepthwiseAndGroupedBlocks) {
   expect_counts(16);  // fp32 and fp16: 2 channel counts x 2 strides x 2 cases
 }
 
+// 8-bit channel-last y: a tile row's channels are encoded pixel-major and written a pixel at a time, in full
+// and partial blocks of groups (37 groups of 1 or 2 channels), W phases of stride 1 and 2, short last tiles.
+TEST_P(CpuPixel, EightBitChannelLastYByPixel) {
+  std::mt19937_64 rng(131);
+  for (DType t : {DType::hif8, DType::fp8_e4m3fn})
+    for (std::int64_t cin_g : {1, 2})
+      for (std::int64_t s : {1, 2}) {
+        Case c = with_dtype(Case{}, t);
+        c.data_format = Layout::NDHWC;
+        c.groups = 37;
+        c.Cin = 37 * cin_g;
+        c.Cout = 37;
+        c.in = {2, 5, 21 * s + cin_g};
+        c.stride = {1, s, s};
+        c.pad_front = {1, 1, 0};
+        c.pad_back = {1, 0, 2};
+        check(c, rng, Fill::random);
+        check(c, rng, Fill::small_integers);
+      }
+  expect_counts(0);
+}
+
 TEST_P(CpuPixel, BitwiseIdenticalAcrossThreadCounts) {
   std::mt19937_64 rng(97);
   for (Layout fmt : kDataFormats) {

@@ -253,27 +253,10 @@ void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// f32_to_hif8 on 16 lanes by table. HiFloat8 keeps at most 3 mantissa bits and rounds half away from zero,
-// so a finite value's code depends only on its top 12 magnitude bits (exponent and 4 mantissa bits: the
-// kept ones and the first dropped one), and so do the bounds of the tiny and overflow ranges (0x34000000,
-// 0x47200000 have no lower bits): a 4096-entry table of numeric's codes for non-negative values, looked up
-// by a gather. The sign, the tiny values that round to +0, overflow and NaN are applied around it.
-const std::uint8_t* hif8_table() {
-  static const auto table = [] {
-    std::array<std::uint8_t, 4096 + 3> t{};  // +3: each lane gathers 4 bytes
-    for (std::uint32_t i = 0; i < 4096; ++i) {
-      float v;
-      const std::uint32_t bits = i << 19;
-      std::memcpy(&v, &bits, sizeof v);
-      t[i] = numeric::f32_to_hif8(v, false);
-    }
-    return t;
-  }();
-  return table.data();
-}
-
+// f32_to_hif8 on 16 lanes: numeric's codes by the top 12 magnitude bits, looked up by a gather. The sign, the
+// tiny values that round to +0, overflow and NaN are applied around it.
 void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
-  const std::uint8_t* table = hif8_table();
+  const std::uint8_t* table = numeric::hif8_codes_by_top_bits();
   const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF), byte = _mm512_set1_epi32(0xFF),
                 sign_bit = _mm512_set1_epi32(0x80), zero = _mm512_setzero_si512();
   const __m512i largest = _mm512_set1_epi32(saturate ? 0x6E : 0x6F), nan = saturate ? zero : sign_bit;

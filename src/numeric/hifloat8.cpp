@@ -11,6 +11,7 @@
 // The n exponent bits are sign-magnitude with an implicit leading 1: the top bit is the sign of E and the
 // other n-1 bits are |E| below its leading 1 (so n = bit_width(|E|)). 0x6F/0xEF (E = 15, mantissa 1) are
 // ±inf.
+#include <array>
 #include <bit>
 #include <cstdlib>
 
@@ -82,6 +83,15 @@ std::uint8_t f32_to_hif8(float v, bool saturate) {
     field = (e < 0 ? 1u << (n - 1) : 0u) | low;
   }
   return static_cast<std::uint8_t>(sign | kPrefix[n] | (field << mbits) | mantissa);
+}
+
+const std::uint8_t* hif8_codes_by_top_bits() {
+  static const auto table = [] {
+    std::array<std::uint8_t, 4096 + 3> t{};
+    for (std::uint32_t i = 0; i < 4096; ++i) t[i] = f32_to_hif8(std::bit_cast<float>(i << 19), false);
+    return t;
+  }();
+  return table.data();
 }
 
 }  // namespace conv3d_dx::numeric
