@@ -24,6 +24,7 @@
 #include <functional>
 #include <new>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -42,6 +43,7 @@ using conv3d_dx::suite::Shape;
 using dnnl::memory;
 
 struct Config {
+  std::string suite = "default";
   std::vector<std::string> shapes;  // empty: the whole suite
   std::vector<DType> dtypes{DType::f32, DType::bf16};
   std::vector<Layout> layouts{Layout::NCDHW, Layout::NDHWC};
@@ -55,6 +57,7 @@ struct Config {
 [[noreturn]] void usage(int code) {
   std::fputs(
       "usage: conv3d_dx_peer_bench [options]\n"
+      "  --suite NAME          default or extra (tools/suite.hpp; default: default)\n"
       "  --shapes a,b,...      suite shapes to run (default: all)\n"
       "  --dtypes fp32,bf16    input dtypes (default: both)\n"
       "  --layouts NCDHW,NDHWC data formats (default: both)\n"
@@ -97,7 +100,9 @@ Config parse_args(int argc, char** argv) {
       }
       return x;
     };
-    if (arg == "--shapes") {
+    if (arg == "--suite") {
+      c.suite = value();
+    } else if (arg == "--shapes") {
       c.shapes = split(value());
     } else if (arg == "--dtypes") {
       c.dtypes.clear();
@@ -649,8 +654,14 @@ int main(int argc, char** argv) {
   }
   const int threads = confine_threads(config.threads);
 
+  const std::optional<std::vector<Shape>> suite = conv3d_dx::suite::suite_named(config.suite);
+  if (!suite) {
+    std::fprintf(stderr, "--suite is %s but must be one of %s\n", config.suite.c_str(),
+                 conv3d_dx::suite::kSuiteNames);
+    return 2;
+  }
   std::vector<Shape> shapes;
-  for (const Shape& s : conv3d_dx::suite::default_suite())
+  for (const Shape& s : *suite)
     if (config.shapes.empty() ||
         std::find(config.shapes.begin(), config.shapes.end(), s.name) != config.shapes.end())
       shapes.push_back(s);

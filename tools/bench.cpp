@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "check.hpp"
@@ -20,14 +21,15 @@ namespace {
 const char* const kBenchHelp =
     R"(usage: conv3d-dx bench --out-backprop-shape a,b,c,d,e --filter-shape a,b,c,d,e --input-size a,b,c,d,e
                        --strides a,b,c,d,e --pads f,b,t,b,l,r [options]
-       conv3d-dx bench --suite default [--dtype D] [--data-format F] [--filter-format F] [options]
+       conv3d-dx bench --suite default|extra [--dtype D] [--data-format F] [--filter-format F] [options]
 
 Times the operator on random data. The timed region is Plan::execute(dy, filter, y) with the filter not kept
 (Options::keep_filter false): plain tensors in, plain y out, the filter packed anew, or read in place, on
 each call (what a training step pays). packed_median_ms is the median with the filter packed once
 (Plan::pack_filter, then Plan::execute_packed). GFLOP/s counts
 2*N*Cout*Do*Ho*Wo*Cin/G*kD*kH*kW per call, with the median time. --suite default runs the benchmark suite
-(a-i and our own shapes) in the selected dtype (default fp32) and layouts (default NDHWC data, NCDHW filter).
+(a-i and our own shapes), --suite extra more layer types of 3D networks (tools/suite.hpp), in the selected
+dtype (default fp32) and layouts (default NDHWC data, NCDHW filter).
 
 Exit status: 0 success, 2 invalid parameters, 1 other failures.
 
@@ -38,7 +40,7 @@ std::vector<FlagSpec> bench_flags() {
   std::vector<FlagSpec> flags = {
       {"--out-backprop-shape", "a,b,c,d,e", "shape of out_backprop in data-format order"},
       {"--filter-shape", "a,b,c,d,e", "shape of the filter in filter-format order"},
-      {"--suite", "default", "run the benchmark suite instead of one problem"},
+      {"--suite", "NAME", "run a benchmark suite (default or extra) instead of one problem"},
       {"--shapes", "a,b,...", "with --suite: only these of its problems, in suite order (default: all)"},
       {"--name", "NAME", "name of the problem in the output (default: custom)"},
       {"--repeat", "R", "timed calls per problem (default 10)"},
@@ -90,10 +92,10 @@ Shape5 from_canonical(const Shape5& c, Layout layout) {
 }
 
 // The suite's problems named in `only` (all when it is empty).
-std::vector<Job> suite_jobs(const ParsedAttributes& base, const std::vector<std::string>& only) {
+std::vector<Job> suite_jobs(const std::vector<suite::Shape>& shapes, const ParsedAttributes& base,
+                            const std::vector<std::string>& only) {
   std::vector<Job> jobs;
   const bool ncdhw = base.attrs.data_format == Layout::NCDHW;
-  const std::vector<suite::Shape> shapes = suite::default_suite();
   for (const std::string& name : only)
     if (std::none_of(shapes.begin(), shapes.end(), [&](const suite::Shape& s) { return s.name == name; }))
       throw usage_error("--shapes", "'" + name + "' is not a problem of the suite");
@@ -126,15 +128,17 @@ int bench_command(const std::vector<std::string>& argv) {
   }
   const Args args(argv, flags, "bench");
   const auto suite_name = args.get("--suite");
+  std::optional<std::vector<suite::Shape>> suite_shapes;
   if (suite_name) {
-    if (*suite_name != "default")
-      throw usage_error("--suite", "'" + *suite_name + "' is not a suite (default)");
+    suite_shapes = suite::suite_named(*suite_name);
+    if (!suite_shapes)
+      throw usage_error("--suite", "'" + *suite_name + "' is not a suite (" + suite::kSuiteNames + ")");
     for (const char* f : {"--out-backprop-shape", "--filter-shape", "--input-size", "--strides", "--pads",
                           "--dilations", "--groups", "--name"}) {
       if (args.has(f)) throw usage_error("--suite", std::string("cannot be combined with ") + f);
     }
   }
-  if (args.has("--shapes") && !suite_name) throw usage_error("--shapes", "needs --suite default");
+  if (args.has("--shapes") && !suite_name) throw usage_error("--shapes", "needs --suite");
   const ParsedAttributes pa = parse_attributes(args, suite_name.has_value());
   const int repeat = static_cast<int>(parse_int("--repeat", args.get("--repeat").value_or("10"), 1, 1000000));
   const int warmup = static_cast<int>(parse_int("--warmup", args.get("--warmup").value_or("2"), 0, 1000000));
@@ -147,7 +151,7 @@ int bench_command(const std::vector<std::string>& argv) {
       std::stringstream in(*list);
       for (std::string name; std::getline(in, name, ',');) only.push_back(name);
     }
-    jobs = suite_jobs(pa, only);
+    jobs = suite_jobs(*suite_shapes, pa, only);
   } else {
     const Shape5 dy5 = parse_shape(args, "--out-backprop-shape", pa.attrs.data_format, pa.two_d());
     const Shape5 w5 = parse_shape(args, "--filter-shape", pa.filter_format, pa.two_d());

@@ -1,10 +1,12 @@
-// The benchmark suite (shapes a-i plus U-Net, k1-stride-2, wide-tiny and video-VAE shapes) in
-// forward-convolution terms, shared by `conv3d-dx bench --suite default` and the oneDNN peer benchmark so
-// both time exactly the same problems.
+// The benchmark suites in forward-convolution terms, shared by `conv3d-dx bench --suite`, the Python bench
+// and the oneDNN peer benchmark so all time exactly the same problems: `default` (shapes a-i plus U-Net,
+// k1-stride-2, wide-tiny and video-VAE shapes; the README's tables) and `extra` (more layer types of 3D
+// networks, for finding where conv3d-dx trails).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,34 @@ inline std::vector<Shape> default_suite() {
       {"wide_tiny", 1, 2048, {2, 4, 4}, 1024, cube(3), cube(1), cube(1), cube(1), 1},
       {"vae", 1, 128, {17, 32, 32}, 128, cube(3), cube(1), cube(1), cube(1), 1},
   };
+}
+
+// Layers of 3D U-Nets, video models and 3D CNNs that the default suite lacks: U-Net levels of 16 and 32
+// channels at 32 x 64 x 64, a deep level of 256, spatial-only and temporal-only kernels (video blocks),
+// depthwise, dilation 2, a k4 stride-2 layer (a transposed convolution's input gradient), stride-2
+// down-sampling at a U-Net's first level, and two images of 96 channels.
+inline std::vector<Shape> extra_suite() {
+  auto cube = [](std::int64_t v) { return std::array<std::int64_t, 3>{v, v, v}; };
+  return {
+      {"unet16", 1, 16, {32, 64, 64}, 16, cube(3), cube(1), cube(1), cube(1), 1},
+      {"unet32", 1, 32, {32, 64, 64}, 32, cube(3), cube(1), cube(1), cube(1), 1},
+      {"deep256", 1, 256, {8, 16, 16}, 256, cube(3), cube(1), cube(1), cube(1), 1},
+      {"k133", 1, 128, {8, 32, 32}, 128, {1, 3, 3}, cube(1), {0, 1, 1}, cube(1), 1},
+      {"k311", 1, 128, {8, 32, 32}, 128, {3, 1, 1}, cube(1), {1, 0, 0}, cube(1), 1},
+      {"depthwise", 1, 64, {16, 32, 32}, 64, cube(3), cube(1), cube(1), cube(1), 64},
+      {"dilated2", 1, 64, {8, 32, 32}, 64, cube(3), cube(1), cube(2), cube(2), 1},
+      {"k4s2", 1, 64, {16, 32, 32}, 128, cube(4), cube(2), cube(1), cube(1), 1},
+      {"down_s2", 1, 64, {32, 64, 64}, 128, cube(3), cube(2), cube(1), cube(1), 1},
+      {"n2c96", 2, 96, {8, 24, 24}, 96, cube(3), cube(1), cube(1), cube(1), 1},
+  };
+}
+
+// The suites by name, for --suite options.
+inline constexpr const char* kSuiteNames = "default, extra";
+inline std::optional<std::vector<Shape>> suite_named(const std::string& name) {
+  if (name == "default") return default_suite();
+  if (name == "extra") return extra_suite();
+  return std::nullopt;
 }
 
 // Forward output size along one axis (the dgrad's dy size).

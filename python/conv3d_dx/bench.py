@@ -1,4 +1,4 @@
-"""python -m conv3d_dx.bench: conv3d-dx against PyTorch's CPU dgrad on the benchmark suite, in one process.
+"""python -m conv3d_dx.bench: conv3d-dx against PyTorch's CPU dgrad on a benchmark suite, in one process.
 
 PyTorch's route is torch.ops.aten.convolution_backward with output_mask [True, False, False], what autograd
 runs for nn.Conv3d's input gradient. conv3d-dx's is conv3d_backprop_input_v2 on the same tensors, packing
@@ -149,7 +149,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds of a block of runs of each library, the timed runs shared out over them "
                              "(default 2, at most --repeat)")
-    parser.add_argument("--shapes", default="", help="comma-separated suite names (default: all)")
+    parser.add_argument("--suite", choices=["default", "extra"], default="default",
+                        help="the benchmark suite (default), or more layer types of 3D networks (extra)")
+    parser.add_argument("--shapes", default="", help="comma-separated names of the suite's shapes (default: all)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat is {args.repeat} but must be at least 1")
@@ -158,10 +160,11 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     torch.set_num_threads(args.threads)
     wanted = set(filter(None, args.shapes.split(",")))
-    suite = [s for s in _core.suite() if not wanted or s["name"] in wanted]
-    unknown = wanted - {s["name"] for s in _core.suite()}
+    shapes = _core.suite(args.suite)
+    suite = [s for s in shapes if not wanted or s["name"] in wanted]
+    unknown = wanted - {s["name"] for s in shapes}
     if unknown:
-        parser.error(f"unknown shapes {sorted(unknown)}; the suite has {[s['name'] for s in _core.suite()]}")
+        parser.error(f"unknown shapes {sorted(unknown)}; the {args.suite} suite has {[s['name'] for s in shapes]}")
     layout = "channels_last_3d" if args.channels_last else "contiguous NCDHW"
     print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs online, {args.threads} threads for both")
     print(f"torch {torch.__version__}, conv3d-dx {conv3d_dx.__version__}; {args.dtype}, {layout}")

@@ -407,10 +407,14 @@ void round_hf32(Flat values, FlatOut rounded) {
   convert<float, float>(values, rounded, numeric::round_to_hf32);
 }
 
-// The benchmark suite (tools/suite.hpp) as dicts of forward-convolution terms.
-nb::list suite() {
+// A benchmark suite (tools/suite.hpp) as dicts of forward-convolution terms.
+nb::list suite(const std::string& name) {
+  const std::optional<std::vector<suite::Shape>> named = suite::suite_named(name);
+  if (!named)
+    throw Error(ErrorCode::invalid_argument, "suite",
+                "suite is '" + name + "' but must be one of " + suite::kSuiteNames);
   nb::list shapes;
-  for (const suite::Shape& s : suite::default_suite()) {
+  for (const suite::Shape& s : *named) {
     nb::dict d;
     d["name"] = s.name;
     d["N"] = s.N;
@@ -469,7 +473,7 @@ NB_MODULE(_core, m) {
   m.def("encode", &encode, nb::arg("values"), nb::arg("codes"), nb::arg("dtype"), nb::arg("saturate"));
   m.def("decode", &decode, nb::arg("codes"), nb::arg("values"), nb::arg("dtype"));
   m.def("round_hf32", &round_hf32, nb::arg("values"), nb::arg("rounded"));
-  m.def("suite", &suite);
+  m.def("suite", &suite, nb::arg("name") = "default");
   m.def(
       "set_plan_cache_size", [](std::size_t size) { return plan_cache().set_capacity(size); },
       nb::arg("size"));

@@ -226,6 +226,24 @@ TEST(Bench, SuiteShapesSelectProblems) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
 }
 
+// The extra suite by name, its shapes in suite order; an unknown suite names the ones there are.
+TEST(Bench, ExtraSuiteShapesSelectProblems) {
+  const ProcessResult r = run_cli({"bench", "--suite", "extra", "--shapes", "depthwise,k311", "--repeat", "1",
+                                   "--warmup", "0", "--threads", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::size_t k311 = r.out.find("\"name\": \"k311\""), dw = r.out.find("\"name\": \"depthwise\"");
+  EXPECT_NE(k311, std::string::npos) << r.out;
+  EXPECT_NE(dw, std::string::npos) << r.out;
+  EXPECT_LT(k311, dw) << r.out;
+  EXPECT_NE(r.out.find("groups=64"), std::string::npos) << r.out;
+  const ProcessResult bad = run_cli({"bench", "--suite", "huge"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("'huge' is not a suite (default, extra)"), std::string::npos) << bad.err;
+  const ProcessResult not_there = run_cli({"bench", "--suite", "extra", "--shapes", "a"});
+  EXPECT_EQ(not_there.exit_code, 2);
+  EXPECT_NE(not_there.err.find("--shapes"), std::string::npos) << not_there.err;
+}
+
 // One row per instruction the CPU allows and thread count, and none for the others; rates positive and
 // within what any CPU does (a wrong flop count per instruction would be off by orders of magnitude).
 TEST(Peak, JsonRowsForEachInstructionTheCpuAllows) {

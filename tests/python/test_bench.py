@@ -62,3 +62,34 @@ def test_suite_rows_match_pytorch(capsys):
         assert float(rows[name][7]) < 1e-5, rows[name]  # max |conv3d-dx - PyTorch| / max |PyTorch|
         assert re.fullmatch(r"(gemm|pixel|pointwise|stream)_\w+", rows[name][8]), rows[name]  # the engine
     assert len(rows["geomean"]) == 5 and float(rows["geomean"][4]) > 0, rows["geomean"]
+
+
+def test_extra_suite_rows_match_pytorch(capsys):
+    threads = torch.get_num_threads()
+    try:
+        bench.main(["--suite", "extra", "--shapes", "depthwise,k311", "--repeat", "1", "--rounds", "1",
+                    "--threads", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[4:]}
+    assert list(rows) == ["k311", "depthwise", "geomean"]  # suite order
+    for name in ("k311", "depthwise"):
+        assert float(rows[name][7]) < 1e-5, rows[name]
+
+
+def test_unknown_suite_or_shape_is_refused(capsys):
+    for argv in (["--suite", "huge"], ["--suite", "extra", "--shapes", "a"]):
+        try:
+            bench.main(argv)
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError(f"{argv} accepted")
+    err = capsys.readouterr().err
+    assert "invalid choice: 'huge'" in err and "the extra suite has ['unet16'" in err
+    try:
+        bench._core.suite("huge")
+    except ValueError as e:
+        assert "suite is 'huge' but must be one of default, extra" in str(e)
+    else:
+        raise AssertionError("suite('huge') accepted")
