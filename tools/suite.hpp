@@ -23,8 +23,9 @@ struct Shape {
   std::int64_t groups;
 };
 
+inline std::array<std::int64_t, 3> cube(std::int64_t v) { return {v, v, v}; }
+
 inline std::vector<Shape> default_suite() {
-  auto cube = [](std::int64_t v) { return std::array<std::int64_t, 3>{v, v, v}; };
   return {
       {"a", 1, 64, {8, 56, 56}, 64, cube(3), cube(1), cube(1), cube(1), 1},
       {"b", 1, 128, {16, 32, 32}, 128, cube(3), cube(2), cube(1), cube(1), 1},
@@ -48,7 +49,6 @@ inline std::vector<Shape> default_suite() {
 // depthwise, dilation 2, a k4 stride-2 layer (a transposed convolution's input gradient), stride-2
 // down-sampling at a U-Net's first level, and two images of 96 channels.
 inline std::vector<Shape> extra_suite() {
-  auto cube = [](std::int64_t v) { return std::array<std::int64_t, 3>{v, v, v}; };
   return {
       {"unet16", 1, 16, {32, 64, 64}, 16, cube(3), cube(1), cube(1), cube(1), 1},
       {"unet32", 1, 32, {32, 64, 64}, 32, cube(3), cube(1), cube(1), cube(1), 1},

@@ -214,28 +214,24 @@ TEST(Bench, TableAndErrors) {
   }
 }
 
-// --shapes picks suite problems by name, in suite order.
+// --shapes picks a suite's problems by name, in suite order, in each suite; an unknown suite names the
+// ones there are.
 TEST(Bench, SuiteShapesSelectProblems) {
-  const ProcessResult r = run_cli({"bench", "--suite", "default", "--shapes", "h,g", "--repeat", "1",
-                                   "--warmup", "0", "--threads", "1", "--json"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::size_t g = r.out.find("\"name\": \"g\""), h = r.out.find("\"name\": \"h\"");
-  EXPECT_NE(g, std::string::npos) << r.out;
-  EXPECT_NE(h, std::string::npos) << r.out;
-  EXPECT_LT(g, h) << r.out;
-  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
-}
-
-// The extra suite by name, its shapes in suite order; an unknown suite names the ones there are.
-TEST(Bench, ExtraSuiteShapesSelectProblems) {
-  const ProcessResult r = run_cli({"bench", "--suite", "extra", "--shapes", "depthwise,k311", "--repeat", "1",
-                                   "--warmup", "0", "--threads", "1", "--json"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::size_t k311 = r.out.find("\"name\": \"k311\""), dw = r.out.find("\"name\": \"depthwise\"");
-  EXPECT_NE(k311, std::string::npos) << r.out;
-  EXPECT_NE(dw, std::string::npos) << r.out;
-  EXPECT_LT(k311, dw) << r.out;
-  EXPECT_NE(r.out.find("groups=64"), std::string::npos) << r.out;
+  struct Pick {
+    std::string suite, first, second;  // `second,first` asked for; the suite lists `first` first
+  };
+  for (const Pick& pick : {Pick{"default", "g", "h"}, Pick{"extra", "k311", "depthwise"}}) {
+    const ProcessResult r =
+        run_cli({"bench", "--suite", pick.suite, "--shapes", pick.second + "," + pick.first, "--repeat", "1",
+                 "--warmup", "0", "--threads", "1", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::size_t first = r.out.find("\"name\": \"" + pick.first + "\""),
+                      second = r.out.find("\"name\": \"" + pick.second + "\"");
+    EXPECT_NE(first, std::string::npos) << r.out;
+    EXPECT_NE(second, std::string::npos) << r.out;
+    EXPECT_LT(first, second) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+  }
   const ProcessResult bad = run_cli({"bench", "--suite", "huge"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("'huge' is not a suite (default, extra)"), std::string::npos) << bad.err;
