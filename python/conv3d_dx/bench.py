@@ -149,7 +149,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds of a block of runs of each library, the timed runs shared out over them "
                              "(default 2, at most --repeat)")
-    parser.add_argument("--suite", choices=["default", "extra"], default="default",
+    parser.add_argument("--suite", default="default",
                         help="the benchmark suite (default), or more layer types of 3D networks (extra)")
     parser.add_argument("--shapes", default="", help="comma-separated names of the suite's shapes (default: all)")
     args = parser.parse_args(argv)
@@ -160,7 +160,10 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     torch.set_num_threads(args.threads)
     wanted = set(filter(None, args.shapes.split(",")))
-    shapes = _core.suite(args.suite)
+    try:
+        shapes = _core.suite(args.suite)
+    except ValueError as e:
+        parser.error(str(e))
     suite = [s for s in shapes if not wanted or s["name"] in wanted]
     unknown = wanted - {s["name"] for s in shapes}
     if unknown:

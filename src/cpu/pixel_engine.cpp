@@ -355,6 +355,7 @@ class PixelEngine final : public EngineImpl {
     const std::optional<StoreType> y_type = transposed_store_type(p_.y_dtype);
     const bool transpose = s[1] == 1 && ks_.store_transposed && g1 - g0 > 1 && y_type;
     const std::int64_t nch = (g1 - g0) * ci_;
+    const bool by_pixel = pixel_major_floats() > 0 && nch > 1;  // 8-bit y with contiguous channels
     // With a finite filter, fp32 taps read whole vectors: the lanes outside dy read its zero halos and add
     // w x 0 (those from m on are never stored).
     const bool whole = halos_ && finite_filter_;
@@ -403,7 +404,7 @@ class PixelEngine final : public EngineImpl {
               else
                 for (std::int64_t x = 0; x < m; ++x) to[iw + x * W.stride] = from[x];
             }
-          } else if (pixel_major_floats() > 0 && nch > 1) {
+          } else if (by_pixel) {
             // 8-bit y with contiguous channels: the row's values are transposed pixel-major, encoded in one
             // run and written a pixel's channels at a time (channel by channel, each byte went to another
             // line of y: suite h channels_last, Zen 3, 1 thread: HiFloat8 y took 3.9x the time of fp32 y).

@@ -53,7 +53,6 @@ struct FreeDeleter {
 using AlignedPtr = std::unique_ptr<void, FreeDeleter>;
 // 64-byte aligned, zero-filled; throws OutOfMemory saying it was for `what`.
 AlignedPtr alloc_zeroed64(std::size_t bytes, const char* what);
-// The first 64-byte aligned address at or after p (workspaces are sized with 64 bytes to spare).
 // Requests the lines of the bytes [p, p + bytes) into L1: runs too far apart for the hardware prefetchers.
 // Always inlined: GCC deems a function of prefetches alone free of effects and drops its calls.
 inline __attribute__((always_inline)) void prefetch_bytes(const char* p, std::int64_t bytes) {
@@ -61,6 +60,7 @@ inline __attribute__((always_inline)) void prefetch_bytes(const char* p, std::in
   _mm_prefetch(p + bytes - 1, _MM_HINT_T0);
 }
 
+// The first 64-byte aligned address at or after p (workspaces are sized with 64 bytes to spare).
 inline void* align64(void* p) {
   return reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(p) + 63) / 64 * 64);
 }
