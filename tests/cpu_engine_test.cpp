@@ -30,11 +30,12 @@ constexpr Isa kFastIsas[] = {Isa::amx_bf16, Isa::avx512_bf16, Isa::avx512, Isa::
 
 bool exact_in_bf16(DType t) { return t == DType::bf16 || t == DType::hif8 || t == DType::fp8_e4m3fn; }
 
-// Whether the engine of `isa` takes problems of these input dtypes (the bf16 engines only take bf16-exact).
+// Whether the engine of `isa` takes problems of these input dtypes (vdpbf16ps only bf16-exact ones, AMX fp16
+// too).
 bool takes(Isa isa, const Problem& p) {
-  return (isa != Isa::avx512_bf16 && isa != Isa::amx_bf16) ||
-         (exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
-          p.input_rounding != InputRounding::fp16);
+  if (isa == Isa::amx_bf16) return cpu::splits_into_bf16(p);  // fp16 values split into bf16 pairs
+  return isa != Isa::avx512_bf16 || (exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
+                                     p.input_rounding != InputRounding::fp16);
 }
 
 // A request that names the ISA, as these tests do: its kernels run whatever the cost table prefers.
@@ -97,10 +98,12 @@ class CpuIsa : public ::testing::TestWithParam<Isa> {
     ++(taken ? ran_ : declined_);
     return taken;
   }
-  // The bf16 engine declines `bf16_declines` of the test's cases (those with fp32 or fp16 inputs); the
-  // others decline none.
-  void expect_counts(int bf16_declines) {
-    const int want = GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16 ? bf16_declines : 0;
+  // The vdpbf16ps engine declines `bf16_declines` of the test's cases (those with fp32 or fp16 inputs), the
+  // AMX one `amx_declines` (fp32 inputs not rounded to fp16); the others decline none.
+  void expect_counts(int bf16_declines, int amx_declines) {
+    const int want = GetParam() == Isa::avx512_bf16 ? bf16_declines
+                     : GetParam() == Isa::amx_bf16  ? amx_declines
+                                                    : 0;
     EXPECT_EQ(declined_, want) << "cases the engine declined";
     EXPECT_GT(ran_, 0) << "cases run";
     RecordProperty("declined", declined_);
@@ -114,7 +117,8 @@ class CpuIsa : public ::testing::TestWithParam<Isa> {
 TEST_P(CpuIsa, RandomSweepAllDtypesAndLayouts) {
   std::mt19937_64 rng(11 + static_cast<int>(GetParam()));
   random_sweep(rng, 4, [&](const Case& c, Fill fill) { check(c, rng, fill); });
-  expect_counts(48);  // fp32 and fp16: 2 dtypes x 2 data formats x 3 filter formats x 4
+  expect_counts(48,
+                24);  // fp32 and fp16: 2 dtypes x 2 data formats x 3 filter formats x 4; AMX the fp32 half
 }
 
 // Tiles stored uncached into y (non-temporal stores of whole 64-byte lines) store the same bits as plain
@@ -174,7 +178,7 @@ TEST_P(CpuIsa, UncachedYStoresMatchPlainStoresBitwise) {
         std::copy(results[0].begin(), results[0].end(), static_cast<unsigned char*>(inst.y.view.data));
         ASSERT_TRUE(exactly_reference(p, inst)) << name;
       }
-  expect_counts(0);
+  expect_counts(0, 0);
 }
 
 // Channel blocks and pixel tiles at their edges: Cin_g = nv*lanes - 1, nv*lanes, nv*lanes + 1 and W phases
@@ -205,7 +209,7 @@ TEST_P(CpuIsa, TileEdges) {
               c.pad_back = {0, 1, 2};
               check(c, rng, dm == 0 ? Fill::random : Fill::small_integers, b.tuning);
             }
-  expect_counts(216);  // the fp32 and fp16 two thirds of 324
+  expect_counts(216, 108);  // the fp32 and fp16 two thirds of 324; AMX the fp32 third
 }
 
 // W taps that reach 1 to 3 pixels past a border (5- and 7-wide kernels, dilation 1 and 2) cover parts
@@ -233,7 +237,7 @@ TEST_P(CpuIsa, TapsCoveringPartOfATile) {
             c.pad_back = {0, 0, front ? 0 : reach / 2};
             check(c, rng, Fill::small_integers, cpu::GemmTuning{2, max_m});
           }
-  expect_counts(0);
+  expect_counts(0, 0);
 }
 
 // A narrower last channel block of every width below the widest (4 + 1, 2 and 3 vectors of channels, the
@@ -255,7 +259,7 @@ TEST_P(CpuIsa, NarrowerLastBlocks) {
           check(c, rng, Fill::small_integers, cpu::GemmTuning{4});
           check(c, rng, Fill::small_integers);
         }
-  expect_counts(24);  // the fp32 half
+  expect_counts(24, 24);  // the fp32 half
 }
 
 TEST_P(CpuIsa, GroupsDilationsAndLargeStrides) {
@@ -277,7 +281,7 @@ TEST_P(CpuIsa, GroupsDilationsAndLargeStrides) {
       c.groups = c.Cin = c.Cout = 20;  // depthwise
       check(c, rng, Fill::small_integers);
     }
-  expect_counts(4);  // fp32: 2 data formats x 2 cases
+  expect_counts(4, 4);  // fp32: 2 data formats x 2 cases
 }
 
 // NCDHW dy and y of every dtype (and HF32) across the blocks their conversions work in: dy rows of more
@@ -302,7 +306,7 @@ TEST_P(CpuIsa, NcdhwConversionsAcrossBlocks) {
           c.pad_back = {0, 0, 2};
           check(c, rng, cout == 17 ? Fill::random : Fill::small_integers);
         }
-  expect_counts(12);  // fp32, HF32 and fp16: 3 x 2 x 2
+  expect_counts(12, 8);  // fp32, HF32 and fp16: 3 x 2 x 2; AMX fp32 and HF32
 }
 
 // Inputs of different dtypes (the Problem allows them; the operator front end promotes): fp16 dy with a
@@ -323,7 +327,7 @@ TEST_P(CpuIsa, MixedInputDtypes) {
     run_gemm(p, inst, GetParam());
     EXPECT_TRUE(matches_reference(p, inst)) << to_string(dy_t) << " dy, " << to_string(w_t) << " filter";
   }
-  expect_counts(1);  // fp16 dy
+  expect_counts(1, 0);  // fp16 dy (AMX splits it)
 }
 
 // The same y bits for 1 and 2 threads (and for a re-run).
@@ -350,7 +354,7 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
         EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
       }
     }
-  expect_counts(2);  // fp32 in both data formats
+  expect_counts(2, 2);  // fp32 in both data formats
 }
 
 // execute_with_filter packs each channel block in the thread that uses it, and the blocks left over when they
@@ -398,7 +402,7 @@ TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
         EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads, packed";
       }
     }
-  expect_counts(2);  // fp32 in both data formats
+  expect_counts(2, 2);  // fp32 in both data formats
 }
 
 // Without keeping the filter, a thread packs the groups' full and narrower blocks in turn into buffers of its
@@ -443,7 +447,7 @@ TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
     }
     EXPECT_TRUE(matches_reference(p, inst)) << c.name();
   }
-  expect_counts(1);  // fp32
+  expect_counts(1, 1);  // fp32
 }
 
 // The memory a GEMM engine states: a plan that does not keep the filter adds a slot of packed blocks per
@@ -480,7 +484,7 @@ TEST_P(CpuIsa, BlockSlotsCountOnlyWhenTheFilterIsNotKept) {
   EXPECT_EQ(slots(blocks - 1) - slots(1), (blocks - 2) * one);
   EXPECT_EQ(slots(blocks + 5) - slots(1), (blocks - 1) * one)
       << "more threads than blocks: one slot per block";
-  expect_counts(0);
+  expect_counts(0, 0);
 }
 
 // Plane mode (a task per group of y planes, taps in groups of (kd, kh) accumulated in a staging buffer) and
@@ -529,7 +533,7 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
           run_gemm(p, inst, GetParam(), {0, 0, 0, 0, false});
           EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", W taps not fused";
         }
-  expect_counts(18);  // fp32: 2 data formats x 3 strides x 3 channel counts
+  expect_counts(18, 18);  // fp32: 2 data formats x 3 strides x 3 channel counts
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, CpuIsa, ::testing::ValuesIn(kFastIsas),
@@ -1425,6 +1429,88 @@ TEST(CpuAmx, NonFiniteFilterAtBordersMatchesReference) {
     }
 }
 
+// fp16 inputs on AMX tiles, each value split into bf16 hi + lo (four exact products per multiply-add):
+// fp16 inputs, and fp32 and bf16 inputs rounded to fp16 (values not exact in fp16 planted); both data
+// formats and every filter format; strides 1 and 2; channel counts across a 32-element chunk; tiles along
+// rows and over flat planes, 1 and 2 threads, the same bits; then an infinity or a NaN in dy or in the filter
+// beside the W borders (where AMX tiles multiply zero halo pixels), element for element against the
+// reference.
+TEST(CpuAmx, Fp16SplitMatchesReference) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  std::mt19937_64 rng(139);
+  int k = 0;
+  for (Layout fmt : kDataFormats)
+    for (DType dtype : {DType::f16, DType::f32, DType::bf16})
+      for (std::int64_t s : {1, 2}) {
+        Case c = with_dtype(Case{}, dtype);
+        c.data_format = fmt;
+        c.filter_format = kFilterFormats[k % 3];
+        c.y_dtype = k % 2 == 0 ? DType::f32 : dtype;
+        c.Cin = k % 3 == 0 ? 17 : 40;
+        c.Cout = k % 2 == 0 ? 7 : 20;  // 28 or 80 split elements: within and across 32-element chunks
+        c.in = {2, 4, s * 19};
+        c.stride = {1, s, s};
+        c.pad_front = {1, 1, 1};
+        c.pad_back = {0, 1, 2};
+        ++k;
+        for (Fill fill : {Fill::small_integers, Fill::random}) {
+          Instance inst = instantiate(c, rng, fill);
+          if (dtype != DType::f16) inst.spec.input_rounding = InputRounding::fp16;
+          if (dtype != DType::f16 && fill == Fill::random) {
+            if (dtype == DType::bf16)
+              static_cast<std::uint16_t*>(inst.dy.view.data)[0] = 0x3581;  // rounds to 2^-20 in fp16
+            else
+              static_cast<float*>(inst.dy.view.data)[0] = 1.0f + 0x1p-12f;  // rounds to 1 in fp16
+          }
+          const Problem p = validate(inst.spec);
+          run_gemm(p, inst, Isa::amx_bf16, {}, 1);
+          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+          if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+            ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+          }
+          Tensor first = inst.y;
+          for (int plane : {0, 2})  // rows, flat planes
+            for (int threads : {1, 2}) {
+              fill_canary(inst.y);
+              run_gemm(p, inst, Isa::amx_bf16, {0, 0, plane}, threads);
+              EXPECT_TRUE(same_bits(first, inst.y))
+                  << c.name() << ", plane " << plane << ", " << threads << " threads";
+              EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+            }
+        }
+      }
+  // Non-finite values: fp16 +inf, -inf and NaN.
+  for (Layout fmt : kDataFormats)
+    for (bool in_dy : {false, true})
+      for (std::uint16_t bad : {std::uint16_t{0x7C00}, std::uint16_t{0xFC00}, std::uint16_t{0x7E01}}) {
+        Case c = with_dtype(Case{}, DType::f16);
+        c.data_format = fmt;
+        c.y_dtype = DType::f32;
+        c.Cin = 40;
+        c.Cout = 20;
+        c.in = {2, 4, 20};
+        c.pad_front = c.pad_back = {1, 1, 1};
+        Instance inst = instantiate(c, rng, Fill::small_integers);
+        auto* w = static_cast<std::uint16_t*>(inst.filter.view.data);
+        auto* d = static_cast<std::uint16_t*>(inst.dy.view.data);
+        const auto& ws = inst.filter.view.strides;
+        const auto& ds = inst.dy.view.strides;
+        if (in_dy)  // dy's last pixel of a row (co 3, od 1, oh 2): the W taps beside it reach the halo
+          d[3 * ds[1] + ds[2] + 2 * ds[3] + 19 * ds[4]] = bad;
+        else  // tap kw = 0 of (co 3, ci 5, kd 1, kh 1), outside dy at the right border
+          w[3 * ws[0] + 5 * ws[1] + ws[2] + ws[3]] = bad;
+        // A zero filter value where dy is infinite: its product is NaN, not inf x lo = 0.
+        w[3 * ws[0] + 6 * ws[1] + ws[2] + ws[3] + ws[4]] = 0;
+        const Problem p = validate(inst.spec);
+        for (int plane : {0, 2}) {
+          fill_canary(inst.y);
+          run_gemm(p, inst, Isa::amx_bf16, {0, 0, plane});
+          EXPECT_TRUE(matches_reference(p, inst))
+              << c.name() << (in_dy ? ", dy" : ", filter") << " element 0x" << std::hex << bad;
+        }
+      }
+}
+
 // Detection is per pack (filter) and per call (dy): a subnormal filter is handled in every call that uses
 // its pack, a subnormal dy in the call that passes it, and ordinary data after both is still exact.
 TEST(CpuBf16, TinyDetectionIsPerPackAndPerCall) {
@@ -1609,6 +1695,66 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
                 << "bf16 input, row " << r << " column " << c;
           }
       }
+  }
+}
+
+// fp16 values split into bf16 hi + lo for AMX (split_units): for every fp16 code, hi + lo is the value
+// exactly with both parts bf16 (lo's low 16 fp32 bits zero), neither tiny; infinities and NaNs keep
+// themselves (NaN quiet) with zero beside them. The AVX-512 kernels write split_units' units for runs of
+// every length up to 40 and nothing past them.
+TEST(CpuKernels, Fp16SplitIntoBf16IsExact) {
+  std::vector<float> values;
+  for (std::uint32_t code = 0; code < 0x10000; ++code) {
+    const float x = numeric::fp16_to_f32(static_cast<std::uint16_t>(code));
+    values.push_back(x);
+    const auto [first, second] = cpu::split_units(x, true);
+    const auto part = [](std::uint32_t half) { return std::bit_cast<float>(half << 16); };
+    const float hi = part(first & 0xFFFF), lo = part(first >> 16);
+    if (std::isfinite(x)) {
+      ASSERT_EQ(first, second) << code;
+      ASSERT_EQ(hi + lo, x) << code;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(x - hi) & 0xFFFF, 0u) << code;
+      ASSERT_FALSE(cpu::tiny_bf16(static_cast<std::uint16_t>(first & 0xFFFF))) << code;
+      ASSERT_FALSE(cpu::tiny_bf16(static_cast<std::uint16_t>(first >> 16))) << code;
+      const auto [d0, d1] = cpu::split_units(x, false);
+      ASSERT_EQ(d0, (first & 0xFFFF) * 0x10001u) << code;
+      ASSERT_EQ(d1, (first >> 16) * 0x10001u) << code;
+    } else {
+      ASSERT_EQ(first >> 16, 0u) << code;
+      ASSERT_EQ(second, 0u) << code;
+      ASSERT_EQ(std::isnan(hi), std::isnan(x)) << code;
+      ASSERT_EQ(cpu::split_units(x, false), std::make_pair(first, 0u)) << code;
+    }
+  }
+  values.push_back(std::bit_cast<float>(0x7F800001u));  // a NaN whose top 16 bits read as infinity
+  values.push_back(std::bit_cast<float>(0xFF800100u));
+  if (!cpu_supports(Isa::avx512)) GTEST_SKIP() << "CPU lacks avx512";
+  const cpu::KernelSet& ks = cpu::avx512_kernels();
+  for (std::int64_t len : {1, 7, 15, 16, 17, 31, 33, 40}) {
+    for (std::size_t start = 0; start < values.size(); start += values.size() / 97 + 1) {
+      const float* src = values.data() + std::min(start, values.size() - static_cast<std::size_t>(len));
+      std::vector<std::uint16_t> dy(static_cast<std::size_t>(4 * len + 8), 0xAAAA),
+          first(static_cast<std::size_t>(2 * len + 4), 0xAAAA), second(first.size(), 0xAAAA);
+      ks.split_dy_bf16(src, len, dy.data());
+      ks.split_filter_bf16(src, len, first.data(), second.data());
+      for (std::int64_t i = 0; i < len; ++i) {
+        const auto [d0, d1] = cpu::split_units(src[i], false);
+        const auto [w0, w1] = cpu::split_units(src[i], true);
+        const auto unit = [](const std::vector<std::uint16_t>& v, std::int64_t u) {
+          return v[static_cast<std::size_t>(2 * u)] |
+                 static_cast<std::uint32_t>(v[static_cast<std::size_t>(2 * u + 1)]) << 16;
+        };
+        ASSERT_EQ(unit(dy, 2 * i), d0) << len << " at " << i << ": " << src[i];
+        ASSERT_EQ(unit(dy, 2 * i + 1), d1) << len << " at " << i;
+        ASSERT_EQ(unit(first, i), w0) << len << " at " << i;
+        ASSERT_EQ(unit(second, i), w1) << len << " at " << i;
+      }
+      for (std::size_t i = static_cast<std::size_t>(4 * len); i < dy.size(); ++i) ASSERT_EQ(dy[i], 0xAAAA);
+      for (std::size_t i = static_cast<std::size_t>(2 * len); i < first.size(); ++i) {
+        ASSERT_EQ(first[i], 0xAAAA);
+        ASSERT_EQ(second[i], 0xAAAA);
+      }
+    }
   }
 }
 

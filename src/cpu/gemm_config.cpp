@@ -10,7 +10,8 @@ namespace conv3d_dx::cpu {
 
 std::string GemmConfig::describe() const {
   std::string s = std::string(to_string(isa)) +
-                  (amx    ? " AMX tiles of up to " + std::to_string(kAmxMaxM) + " pixels"
+                  (amx ? " AMX tiles of up to " + std::to_string(kAmxMaxM) + " pixels" +
+                             (split ? " (fp16 split into bf16 hi + lo, 4 products)" : "")
                    : bf16 ? " vdpbf16ps pairs"
                           : " fp32 FMA") +
                   ", channel blocks of " + std::to_string(nv * lanes) + ", tiles up to " +
@@ -35,7 +36,11 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   c.bf16 = c.amx || isa == Isa::avx512_bf16;
   c.lanes = ks.lanes;
   // An AMX tile reduces over 16 channel pairs at a time: padding channels are zero in dy and the filter.
-  c.kpad = c.amx ? ceil_div(p.Cout_g, 32) * 32 : c.bf16 ? (p.Cout_g + 1) / 2 * 2 : p.Cout_g;
+  c.split = c.amx && !(exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
+                       p.input_rounding != InputRounding::fp16);
+  c.kpad = c.amx    ? ceil_div(p.Cout_g * (c.split ? 4 : 1), 32) * 32
+           : c.bf16 ? (p.Cout_g + 1) / 2 * 2
+                    : p.Cout_g;
   const std::int64_t kpad = c.kpad;
 
   // Channel blocks: as wide as the kernel set prefers for the longest reduction a tile runs (the most taps

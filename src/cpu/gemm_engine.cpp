@@ -238,6 +238,13 @@ class GemmEngine final : public EngineImpl {
   void pack_group_block(const void* filter, std::int64_t gb, void* dst) {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
+    if (config_.split) {
+      w_reader_.visit(filter, [&](auto get) {
+        tiny_blocks_[static_cast<std::size_t>(gb)] =
+            pack_split_block(get, gb / nb, b, static_cast<std::uint16_t*>(dst));
+      });
+      return;
+    }
     if (bf16_ && ks_.interleave_bf16 && ks_.any_nonfinite_bf16) {
       auto* wpack = static_cast<std::uint16_t*>(dst);
       if (p_.filter_dtype == DType::bf16) {
@@ -376,6 +383,29 @@ class GemmEngine final : public EngineImpl {
             tiny |= ks_.any_tiny_bf16(dst + (co / 2 * cbw) * 2 + t * tap_step, 2 * cbw);
     }
     return tiny || (config_.amx && nonfinite);
+  }
+
+  // pack_block for split inputs (GemmConfig::split): output channel co takes the pairs 2 co and 2 co + 1 of
+  // each tap, where input channel c holds the units split_units gives its value. Returns whether a packed
+  // value is tiny or not finite, as pack_block.
+  template <class Get>
+  bool pack_split_block(const Get& get, std::int64_t g, const Block& b, std::uint16_t* dst) const {
+    const auto& s = p_.filter_strides;
+    const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
+    std::vector<float> run(static_cast<std::size_t>(valid));
+    bool special = false;
+    for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
+      std::uint16_t* dst_co = dst + 2 * co * cbw * 2;  // pair 2 co: cbw units of two bf16
+      const std::int64_t base = (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
+      for (std::int64_t t = 0; t < taps_; ++t) {
+        const std::int64_t src = base + tap_src_[static_cast<std::size_t>(t)];
+        for (std::int64_t c = 0; c < valid; ++c) run[static_cast<std::size_t>(c)] = get(src + c * s[1]);
+        std::uint16_t* out = dst_co + tap_pos(t) * tap_step;
+        ks_.split_filter_bf16(run.data(), valid, out, out + 2 * cbw);
+        special |= ks_.any_tiny_bf16(out, 4 * cbw) || ks_.any_nonfinite_bf16(out, 4 * cbw);
+      }
+    }
+    return special;
   }
 
   // pack_block for the fp32 kernels with a filter the reader widens run by run (Reader::widens: fp32, bf16,
@@ -600,6 +630,8 @@ class GemmEngine final : public EngineImpl {
   // plane by plane as it is written.
   template <class T>
   bool convert_dy(const void* dy, T* out) const {
+    if constexpr (std::is_same_v<T, std::uint16_t>)
+      if (config_.split) return convert_dy_split(dy, out);
     const auto& s = p_.dy_strides;
     const bool scan = std::is_same_v<T, std::uint16_t> && p_.dy_dtype == DType::bf16;
     std::vector<unsigned char> tiny(static_cast<std::size_t>(scan ? p_.N * p_.G * p_.dy_size[0] : 0), 0);
@@ -740,6 +772,62 @@ class GemmEngine final : public EngineImpl {
       });
     });
     return any_tiny();
+  }
+
+  // convert_dy for split inputs (GemmConfig::split): each dy value as the four elements split_units gives it,
+  // from values widened per pixel (contiguous channels), per block of 16 channels x 256 pixels transposed to
+  // channel-last (contiguous W), or read one by one.
+  bool convert_dy_split(const void* dy, std::uint16_t* out) const {
+    const auto& s = p_.dy_strides;
+    const std::int64_t planes = p_.N * p_.G * p_.dy_size[0];
+    const bool widens = dy_reader_.widens(ks_);
+    const bool by_pixel = widens && s[1] == 1, by_block = widens && s[4] == 1 && ks_.store_transposed;
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(planes), 0);
+    dy_reader_.visit(dy, [&](auto get) {
+      parallel_for(threads_, planes, [&](std::int64_t begin, std::int64_t end) {
+        constexpr std::int64_t kRows = 16, kPixels = 256;
+        std::vector<float> buf(static_cast<std::size_t>(std::max(p_.Cout_g, 2 * kRows * kPixels)));
+        float* const transposed = buf.data() + kRows * kPixels;
+        for (std::int64_t r = begin; r < end; ++r) {
+          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
+                             n = r / p_.dy_size[0] / p_.G;
+          zero_halo_rows(out + r * dy_d_);
+          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
+            const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
+            std::uint16_t* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
+            zero_halo(row);
+            for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
+              std::fill(row + ow * kpad_ + 4 * p_.Cout_g, row + (ow + 1) * kpad_, std::uint16_t{0});
+            if (by_block && !by_pixel) {
+              for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
+                const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
+                for (std::int64_t c0 = 0; c0 < p_.Cout_g; c0 += kRows) {
+                  const std::int64_t nc = std::min(kRows, p_.Cout_g - c0);
+                  for (std::int64_t c = 0; c < nc; ++c)
+                    dy_reader_.widen(ks_, dy, at + (c0 + c) * s[1] + w0, nw, buf.data() + c * kPixels);
+                  ks_.store_transposed(buf.data(), false, kPixels, nc, nw, transposed, StoreType::f32, kRows,
+                                       false);
+                  for (std::int64_t w = 0; w < nw; ++w)
+                    ks_.split_dy_bf16(transposed + w * kRows, nc, row + (w0 + w) * kpad_ + 4 * c0);
+                }
+              }
+              continue;
+            }
+            for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
+              const std::int64_t px = at + ow * s[4];
+              if (by_pixel)
+                dy_reader_.widen(ks_, dy, px, p_.Cout_g, buf.data());
+              else
+                for (std::int64_t co = 0; co < p_.Cout_g; ++co)
+                  buf[static_cast<std::size_t>(co)] = get(px + co * s[1]);
+              ks_.split_dy_bf16(buf.data(), p_.Cout_g, row + ow * kpad_);
+            }
+          }
+          tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
+        }
+      });
+    });
+    return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
   // One task, for one channel block: y planes [q0, q1) (q = n * Di + id) in plane mode, else row ih of plane
@@ -1131,18 +1219,44 @@ class GemmEngine final : public EngineImpl {
 
 std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
                                       std::string& why_not) {
-  why_not = fast_engine_refusal(isa, request, isa == Isa::avx512_bf16 || isa == Isa::amx_bf16);
-  if (!why_not.empty()) return nullptr;
   const Problem& p = request.problem;
+  // AMX takes fp16 values too, split into two bf16 each (GemmConfig::split).
+  why_not = fast_engine_refusal(isa, request,
+                                isa == Isa::avx512_bf16 || (isa == Isa::amx_bf16 && !splits_into_bf16(p)));
+  if (!why_not.empty()) return nullptr;
   GemmConfig config = gemm_config(p, request.cpu, isa, request.threads, tuning);
   if (config.amx) {
     // Padding the reduction to 32 channels multiplies the work by kpad / Cout_g; beyond 4x the AVX-512
     // kernels are as fast (unless the caller named amx_bf16). A halo wider than dy itself (y reaching far
     // past dy) would mostly multiply zeros.
-    if (p.Cout_g * 4 < config.kpad && !(request.isa_named && request.isa == Isa::amx_bf16)) {
+    if (p.Cout_g * (config.split ? 4 : 1) * 4 < config.kpad &&
+        !(request.isa_named && request.isa == Isa::amx_bf16)) {
       why_not = "out_backprop has " + std::to_string(p.Cout_g) +
                 " channels per group: AMX tiles reduce over 32 at a time";
       return nullptr;
+    }
+    // Split fp16 values take four tdpbf16ps products per multiply-add, so AMX beats the FMA kernels only
+    // where its tiles run long reductions over full tiles and packing the four-fold filter is small beside
+    // the work (Xeon, 2 threads, fp16, against gemm_avx512: 3x3x3 kernels at stride 1 0.59-0.67x the time;
+    // stride 2 (3.4 taps per pixel) 0.87-0.91x; 1 tap per pixel 1.1-2.5x; 2x2x2 1.2x; a filter 50x larger
+    // than dy 1.8x; 3 output channels (a third of a 32-element chunk) 2.6x; 3 input channels 2.1x the time
+    // of the pixel engine).
+    if (config.split && !(request.isa_named && request.isa == Isa::amx_bf16)) {
+      const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2],
+                         phases = p.stride[0] * p.stride[1] * p.stride[2],
+                         filter = saturating_mul(saturating_mul(p.G * p.Cin_g, p.Cout_g), taps),
+                         dy = saturating_mul(saturating_mul(p.N * p.Cout(), p.dy_size[0]),
+                                             saturating_mul(p.dy_size[1], p.dy_size[2]));
+      if (taps < 9 * phases || filter > dy || p.Cin_g < 16 || p.Cout_g < 8) {
+        why_not =
+            "fp16 on AMX tiles takes 4 products per multiply-add: it pays only with at least 9 taps "
+            "per y pixel, 16 input and 8 output channels per group and a filter no larger than "
+            "out_backprop (here " +
+            std::to_string(taps / phases) + " taps, " + std::to_string(p.Cin_g) + " and " +
+            std::to_string(p.Cout_g) + " channels, " + std::to_string(filter) + " filter and " +
+            std::to_string(dy) + " out_backprop values)";
+        return nullptr;
+      }
     }
     if (p.Cin_g < 3 && !(request.isa_named && request.isa == Isa::amx_bf16)) {
       why_not = "y has " + std::to_string(p.Cin_g) +

@@ -33,7 +33,11 @@ struct GemmConfig {
   // AMX tiles of up to kAmxMaxM pixels for channel blocks whose inputs are finite and not tiny; the other
   // blocks (and all, when dy holds a tiny value) run the AVX-512 exact bf16 kernels on the same data.
   bool amx = false;
-  std::int64_t kpad = 0;  // reduction channels per tap: Cout_g, padded to even for pairs, to 32 for AMX
+  // AMX with fp16 inputs (splits_into_bf16 but not all exact in bf16): every dy and filter value split into
+  // bf16 hi + lo (split_units), four reduction elements per channel.
+  bool split = false;
+  // Reduction elements per tap: Cout_g (4 Cout_g when split), padded to even for pairs, to 32 for AMX.
+  std::int64_t kpad = 0;
   // AMX: zero dy pixels before and after each converted dy row, so every W tap covers all pixels of a tile.
   std::int64_t halo_lo = 0, halo_hi = 0;
   // AMX, flat planes: a task is one y plane of a channel block and AMX tiles run over each (H phase, W

@@ -140,6 +140,13 @@ struct KernelSet {
   // ISA has none.
   void (*interleave_bf16)(const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
                           std::int64_t n) = nullptr;
+  // fp16 values on bf16 pairs (split_units in support.hpp): each of n fp32 values (fp16 values) split into
+  // bf16 hi + lo as dy's four elements out[4 i ..] = (hi, hi, lo, lo), or as the filter's pairs first[2 i ..]
+  // = second[2 i ..] = (hi, lo); a value that is not finite as (x, 0, 0, 0) and first = (x, 0), second = (0,
+  // 0). Null where the ISA has none.
+  void (*split_dy_bf16)(const float* src, std::int64_t n, std::uint16_t* out) = nullptr;
+  void (*split_filter_bf16)(const float* src, std::int64_t n, std::uint16_t* first,
+                            std::uint16_t* second) = nullptr;
   // out[i] = a[i / 2] for even i, b[i / 2] for odd i, i < n. Null where the ISA has none.
   void (*interleave_f32)(const float* a, const float* b, float* out, std::int64_t n) = nullptr;
   // y[r * y_rs + c] = a[r * a_rs + c] rounded as to_bf16 does, r < nr, c < nc. Null where the ISA has none.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "cpu/kernels.hpp"
 #include "numeric/numeric.hpp"
@@ -497,6 +498,51 @@ void interleave_f32(const float* a, const float* b, float* out, std::int64_t n) 
   }
 }
 
+// split_units (support.hpp) for 16 values at once: the first and second 32-bit units of each. (Shifts by
+// the maskz forms: GCC 12 warns of the plain forms' undefined source.)
+struct SplitUnits16 {
+  __m512i first, second;
+};
+CONV3D_DX_INLINE SplitUnits16 split_units16(__m512 x, bool filter) {
+  const __m512i bits = _mm512_castps_si512(x), exponent = _mm512_set1_epi32(0x7F800000);
+  const __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), exponent);
+  const __mmask16 nan =
+      _mm512_mask_cmpgt_epi32_mask(special, _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), exponent);
+  const __m512i hi_bits = _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  const __m512i hi = _mm512_maskz_srli_epi32(0xFFFF, hi_bits, 16);
+  const __m512i lo = _mm512_maskz_srli_epi32(
+      0xFFFF, _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(hi_bits))), 16);
+  __m512i first = _mm512_or_si512(hi, _mm512_maskz_slli_epi32(0xFFFF, filter ? lo : hi, 16));
+  __m512i second = filter ? first : _mm512_or_si512(lo, _mm512_maskz_slli_epi32(0xFFFF, lo, 16));
+  first = _mm512_mask_mov_epi32(first, special, _mm512_mask_mov_epi32(hi, nan, _mm512_set1_epi32(0x7FC0)));
+  second = _mm512_maskz_mov_epi32(static_cast<__mmask16>(~special), second);
+  return {first, second};
+}
+
+void split_dy_bf16(const float* src, std::int64_t n, std::uint16_t* out) {
+  alignas(64) static constexpr std::array<int, 16> lo_idx{0, 16, 1, 17, 2, 18, 3, 19,
+                                                          4, 20, 5, 21, 6, 22, 7, 23};
+  alignas(64) static constexpr std::array<int, 16> hi_idx{8,  24, 9,  25, 10, 26, 11, 27,
+                                                          12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i lo = _mm512_load_si512(lo_idx.data()), hi = _mm512_load_si512(hi_idx.data());
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const std::int64_t left = std::min<std::int64_t>(n - i, 16);
+    const auto [first, second] = split_units16(_mm512_maskz_loadu_ps(tail16(left), src + i), false);
+    _mm512_mask_storeu_epi32(out + 4 * i, tail16(2 * left), _mm512_permutex2var_epi32(first, lo, second));
+    _mm512_mask_storeu_epi32(out + 4 * i + 32, tail16(std::max<std::int64_t>(2 * left - 16, 0)),
+                             _mm512_permutex2var_epi32(first, hi, second));
+  }
+}
+
+void split_filter_bf16(const float* src, std::int64_t n, std::uint16_t* first, std::uint16_t* second) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail16(n - i);
+    const auto [a, b] = split_units16(_mm512_maskz_loadu_ps(m, src + i), true);
+    _mm512_mask_storeu_epi32(first + 2 * i, m, a);
+    _mm512_mask_storeu_epi32(second + 2 * i, m, b);
+  }
+}
+
 bool any_tiny_bf16(const std::uint16_t* p, std::int64_t n) {
   const __m512i magnitude = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1),
                 below = _mm512_set1_epi16(0x237F);
@@ -549,6 +595,8 @@ const KernelSet& avx512_kernels() {
     s.any_nonfinite_bf16 = &any_nonfinite_bf16;
     s.interleave_bf16 = &interleave_bf16;
     s.interleave_f32 = &interleave_f32;
+    s.split_dy_bf16 = &split_dy_bf16;
+    s.split_filter_bf16 = &split_filter_bf16;
     s.transpose_bf16_pairs = &transpose_bf16_pairs;
     static_for<1, kMaxPixCi + 1>([&](auto ci) {
       static_for<1, pix_max_p(ci, kPixBudget) + 1>([&](auto p) {
