@@ -1429,6 +1429,43 @@ TEST(CpuAmx, NonFiniteFilterAtBordersMatchesReference) {
     }
 }
 
+// Flat planes leave the regions no tap reaches uncomputed and write their y pixels as zeros, one channel
+// block per row zeroing every channel of the group: strides above the kernel (whole W phases, H phases and
+// D planes unreached), several and narrower blocks, groups, both data formats, fp32 and bf16 y (canary-filled
+// first, so a pixel left unwritten shows), 1 and 2 threads, against the reference and bitwise equal to tiles
+// along rows.
+TEST(CpuAmx, UnreachedFlatRegionsAreZero) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  std::mt19937_64 rng(149);
+  int k = 0;
+  for (Layout fmt : kDataFormats)
+    for (std::int64_t groups : {1, 2})
+      for (DType y_dtype : {DType::f32, DType::bf16}) {
+        Case c = with_dtype(Case{}, DType::bf16);
+        c.data_format = fmt;
+        c.y_dtype = y_dtype;
+        c.groups = groups;
+        c.Cin = groups * (k % 2 == 0 ? 70 : 32);
+        c.Cout = groups * 20;
+        c.kernel = {1, k % 2 == 0 ? 2 : 1, 1};
+        c.stride = {2, 3, 2};
+        c.in = {5, 7, 2 * 17 + 1};
+        ++k;
+        Instance inst = instantiate(c, rng, Fill::small_integers);
+        const Problem p = validate(inst.spec);
+        fill_canary(inst.y);
+        run_gemm(p, inst, Isa::amx_bf16, {0, 0, 0}, 2);
+        ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+        const Tensor rows = inst.y;
+        for (int threads : {1, 2}) {
+          fill_canary(inst.y);
+          run_gemm(p, inst, Isa::amx_bf16, {0, 0, 2}, threads);
+          EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", " << threads << " threads";
+          EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+        }
+      }
+}
+
 // fp16 inputs on AMX tiles, each value split into bf16 hi + lo (four exact products per multiply-add):
 // fp16 inputs, and fp32 and bf16 inputs rounded to fp16 (values not exact in fp16 planted); both data
 // formats and every filter format; strides 1 and 2; channel counts across a 32-element chunk; tiles along

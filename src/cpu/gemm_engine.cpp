@@ -346,10 +346,12 @@ class GemmEngine final : public EngineImpl {
     explicit TaskScratch(const GemmEngine& e)
         : taps(static_cast<std::size_t>(e.taps_)),
           tile(static_cast<std::size_t>(e.tile_floats_ + 16)),
-          written(static_cast<std::size_t>(e.written_flags())) {}
+          written(static_cast<std::size_t>(e.written_flags())),
+          reached(e.flat_regions_.size()) {}
     std::vector<TapRef> taps;
     std::vector<float> tile;
     std::vector<unsigned char> written;  // plane mode, in y: per tile, whether a tap group has written it
+    std::vector<unsigned char> reached;  // flat planes: per region, whether any tap reaches it
   };
 
   // Block layout: fp32 [tap][kpad][nv*lanes]; bf16 [tap][kpad/2][nv*lanes][2]. Padding stays zero (the
@@ -1014,11 +1016,17 @@ class GemmEngine final : public EngineImpl {
     const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
     const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
     const std::int64_t dh_taps = p_.kernel[0] * p_.kernel[1];
+    // Regions no tap reaches (a phase of a stride above the kernel, or a plane beyond dy's reach) are not
+    // computed: their y pixels are written as zeros.
+    unsigned char* reached = scratch.reached.data();
+    const bool d_reached =
+        std::any_of(PD.taps.begin(), PD.taps.end(), [&](const AxisTap& td) { return D.valid(td, jd); });
     std::size_t region = 0;
     for (const AxisPhase& PH : H.phases)
       for (const AxisPhase& PW : W.phases) {
-        float* reg = staging + flat_regions_[region++] * cbw;
-        if (PH.count == 0 || PW.count == 0) continue;
+        float* reg = staging + flat_regions_[region] * cbw;
+        reached[region++] = d_reached && PH.count > 0 && PW.count > 0 && !PH.taps.empty() && !PW.taps.empty();
+        if (!reached[region - 1]) continue;
         if (exact) {
           const TileFn* fns = ks_.bf16_exact[b.nv];
           const int max_m = config_.max_m[b.nv];
@@ -1065,25 +1073,39 @@ class GemmEngine final : public EngineImpl {
           fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + v0 * cbw, cbw, false});
         }
       }
-    // Store y row by row; with several W phases, the row is first gathered from their regions.
+    // Store y row by row: each W phase's pixels (every sw-th of the row) straight from its region into y
+    // with channels contiguous; into a channel-first y the row is first gathered from the regions, so it is
+    // stored channel by channel in runs of whole rows.
     float* row = staging + flat_pixels_ * cbw;
-    const std::int64_t sw = W.stride;
+    const std::int64_t sw = W.stride, c0 = g * p_.Cin_g + b.ci0;
     for (std::int64_t ih = 0; ih < H.in; ++ih) {
       const std::int64_t ph = H.phase_of(ih), jh = H.j_of(ih);
       const auto at = [&](std::int64_t pw) {
         return staging + (flat_regions_[static_cast<std::size_t>(ph * sw + pw)] + jh * flat_width_) * cbw;
       };
-      if (sw == 1) {
-        store_tile(at(0), W.in, cbw, valid, n, g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
-        continue;
-      }
+      const bool gather = sw > 1 && p_.y_strides[1] != 1;
       for (std::int64_t pw = 0; pw < sw; ++pw) {
         const AxisPhase& PW = W.phases[static_cast<std::size_t>(pw)];
+        const bool zero = !reached[static_cast<std::size_t>(ph * sw + pw)];
+        if (!gather) {
+          // One of the group's blocks (taking turns by row, so every thread gets a share) zeroes the pixels
+          // for all the group's channels, in longer runs; the others skip them.
+          if (zero && (q * H.in + ih) % nb == gb % nb)
+            zero_y(PW.count, p_.Cin_g, n, g * p_.Cin_g, id, ih, PW.first, sw, y);
+          else if (!zero)
+            store_tile(at(pw), PW.count, cbw, valid, n, c0, id, ih, PW.first, sw, y);
+          continue;
+        }
         const float* src = at(pw);
-        for (std::int64_t jw = 0; jw < PW.count; ++jw)
-          std::memcpy(row + (PW.first + sw * jw) * cbw, src + jw * cbw, static_cast<std::size_t>(cbw) * 4);
+        for (std::int64_t jw = 0; jw < PW.count; ++jw) {
+          float* to = row + (PW.first + sw * jw) * cbw;
+          if (zero)
+            std::fill(to, to + cbw, 0.0f);
+          else
+            std::memcpy(to, src + jw * cbw, static_cast<std::size_t>(cbw) * 4);
+        }
       }
-      store_tile(row, W.in, cbw, valid, n, g * p_.Cin_g + b.ci0, id, ih, 0, 1, y);
+      if (gather) store_tile(row, W.in, cbw, valid, n, c0, id, ih, 0, 1, y);
     }
   }
 
