@@ -361,7 +361,8 @@ TEST_P(CpuIsa, BitwiseIdenticalAcrossThreadCounts) {
 // do not share out evenly one per thread before all threads share their tasks; into the packed filter when
 // it is kept, else into buffers the engine owns: the same bits as pack_filter + execute for any thread count
 // either way (8 blocks here on AVX-512, 12 on AMX, 20 on AVX2: some thread counts leave blocks over, 25 is
-// more threads than blocks everywhere), and a kept filter stays packed. (Its name puts it under
+// more threads than blocks everywhere), and a kept filter stays packed; with the tasks taking a row's or
+// plane's blocks in turn after packing them all, too. (Its name puts it under
 // ThreadSanitizer in CI, which sees the packers built without ISA flags; the vector packers are built
 // without its instrumentation.)
 TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
@@ -386,7 +387,10 @@ TEST_P(CpuIsa, PackingInTaskThreadsMatchesPackThenExecute) {
       Tensor first = inst.y;
       for (int threads : {1, 2, 3, 5, 12, 25}) {
         std::string why;
-        auto engine = cpu::make_gemm(named_request(p, threads, GetParam()), GetParam(), {}, why);
+        // Blocks in turn per row or plane (every block packed first) on odd thread counts.
+        cpu::GemmTuning order;
+        order.blocks_inner = threads % 2;
+        auto engine = cpu::make_gemm(named_request(p, threads, GetParam()), GetParam(), order, why);
         ASSERT_TRUE(engine) << why;
         std::vector<unsigned char> workspace(engine->workspace_bytes());
         fill_canary(inst.y);
@@ -436,7 +440,9 @@ TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
     run_gemm(p, inst, GetParam());
     Tensor first = inst.y;
     std::string why;
-    auto engine = cpu::make_gemm(named_request(p, 1, GetParam()), GetParam(), {}, why);
+    cpu::GemmTuning own_blocks;  // block after block, each packed into the thread's own buffers
+    own_blocks.blocks_inner = 0;
+    auto engine = cpu::make_gemm(named_request(p, 1, GetParam()), GetParam(), own_blocks, why);
     ASSERT_TRUE(engine) << why;
     std::vector<unsigned char> workspace(engine->workspace_bytes());
     for (int call = 0; call < 2; ++call) {  // the second call starts from the first's last block

@@ -84,6 +84,32 @@ TEST_F(GemmConfigTest, AmxPadsTheReductionAndFlattensShortRows) {
   EXPECT_TRUE(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2, {0, 0, 2}).flat);
 }
 
+// AMX runs a row's or plane's channel blocks in turn where the whole packed filter fits in twice a core's
+// L2 (suite shape d: 27 taps x 256 x 256 bf16 = 3.4 MiB, within 4 MiB, not 2 MiB); the FMA kernels keep a
+// block's tasks together; fp16 inputs are split into four elements per channel (kpad 4 x Cout, padded to 32).
+TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
+  Case c = with_dtype(Case{}, DType::bf16);
+  c.Cin = c.Cout = 256;
+  c.in = {3, 22, 40};
+  const Problem p = problem_of(c);
+  EXPECT_TRUE(cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2).blocks_inner);
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(1 << 20), Isa::amx_bf16, 2).blocks_inner);
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512, 2).blocks_inner);
+  cpu::GemmTuning forced;
+  forced.blocks_inner = 1;
+  const auto inner = cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512, 2, forced);
+  EXPECT_TRUE(inner.blocks_inner);
+  EXPECT_NE(inner.describe().find("channel blocks in turn"), std::string::npos) << inner.describe();
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2).split);
+
+  Case half = with_dtype(c, DType::f16);
+  half.Cout = 20;
+  const auto split = cpu::gemm_config(problem_of(half), with_l2(2 << 20), Isa::amx_bf16, 2);
+  EXPECT_TRUE(split.split);
+  EXPECT_EQ(split.kpad, 96);  // 80 split elements
+  EXPECT_NE(split.describe().find("fp16 split"), std::string::npos) << split.describe();
+}
+
 TEST_F(GemmConfigTest, DyInPlaceOnlyInTheComputeType) {
   Case c;
   c.Cin = c.Cout = 32;

@@ -106,7 +106,7 @@ class GemmEngine final : public EngineImpl {
                        : config.flat     ? planes
                                          : planes * p.y_size[1];
     // Allocated now, so that an allocator's refusal declines the engine: what the plan's calls will use.
-    if (!keep_filter_)
+    if (!whole_packed())
       allocate_own_blocks();
     else
       allocate_packed();
@@ -145,7 +145,7 @@ class GemmEngine final : public EngineImpl {
                        written_flags());
     // The packed filter when it is kept, else the block slots (allocate_packed checks the packed filter
     // against the limit if a plan that does not keep it is asked to pack it whole).
-    return {saturating_add(keep_filter_ ? packed_bytes() : own_blocks_bytes(), tables), workspace, scratch};
+    return {saturating_add(whole_packed() ? packed_bytes() : own_blocks_bytes(), tables), workspace, scratch};
   }
 
   void pack_filter(const void* filter) override {
@@ -162,8 +162,10 @@ class GemmEngine final : public EngineImpl {
     parallel_for(threads_, static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_,
                  [&](std::int64_t begin, std::int64_t end) {
                    TaskScratch scratch(*this);
-                   for (std::int64_t t = begin; t < end; ++t)
+                   for (std::int64_t i = begin; i < end; ++i) {
+                     const std::int64_t t = task_of(i);
                      run_task(t, src, y, tiny_dy, scratch, block_of(t / tasks_per_block_));
+                   }
                    if (config_.amx) amx_release();
                  });
   }
@@ -177,6 +179,11 @@ class GemmEngine final : public EngineImpl {
   void execute_with_filter(const void* dy, const void* filter, void* y, void* workspace, bool keep) override {
     if (p_.N == 0) {  // nothing to compute: the filter is packed only to be kept
       if (keep) pack_filter(filter);
+      return;
+    }
+    if (config_.blocks_inner) {  // every block packed before the tasks, which take them in turn
+      pack_filter(filter);
+      execute(dy, y, workspace);
       return;
     }
     if (keep)
@@ -269,6 +276,17 @@ class GemmEngine final : public EngineImpl {
     });
   }
 
+  // Whether the whole packed filter is allocated (a plan that keeps it, or blocks taken in turn by each
+  // thread's tasks), rather than buffer slots for a block at a time.
+  bool whole_packed() const { return keep_filter_ || config_.blocks_inner; }
+  // Task i of execute's order: with blocks_inner, consecutive i run the channel blocks (of every group) of
+  // one row or plane in turn; otherwise a block's tasks are consecutive.
+  std::int64_t task_of(std::int64_t i) const {
+    if (!config_.blocks_inner) return i;
+    const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
+    return i % nblocks * tasks_per_block_ + i / nblocks;
+  }
+
   // Bytes of the packed filter (all groups, channels padded to whole vectors).
   std::int64_t packed_bytes() const {
     const std::int64_t padded_cin = saturating_mul(ceil_div(p_.Cin_g, lanes_), lanes_);
@@ -279,7 +297,7 @@ class GemmEngine final : public EngineImpl {
   // else only if it is ever packed whole (pack_filter), within the memory limit on top of the rest.
   void allocate_packed() {
     if (wpack_) return;
-    if (!keep_filter_) {
+    if (!whole_packed()) {
       const EngineMemory memory = this->memory();
       const std::int64_t needed = saturating_add(memory.total(threads_), packed_bytes());
       if (max_memory_ > 0 && needed > max_memory_)

@@ -21,6 +21,8 @@ struct GemmTuning {
   bool fuse_w = true;       // fuse the W taps of a phase into one reduction where dy allows
   int planes_per_task = 0;  // in plane mode
   int uncached_y = -1;      // 1: y's tiles stored past the caches wherever allowed, 0: never, -1: by y's size
+  int blocks_inner =
+      -1;  // 1: a row's or plane's channel blocks in turn, 0: block after block, -1: by the CPU
 };
 
 // Every choice the engine makes for a problem on a CPU, decided in one step from the problem, the CPU's
@@ -60,6 +62,10 @@ struct GemmConfig {
   // Plane mode: y planes (of all images) per task, so a tap group's filter is reused across them all while
   // it is in L2; as many as the staging budget holds, leaving tasks for every thread.
   std::int64_t planes_per_task = 1;
+  // AMX: each thread's consecutive tasks take the channel blocks (of every group) of one y row or plane in
+  // turn, so the dy tiles a block reads are in cache for the next; every block is packed before the tasks
+  // run, so only where the whole packed filter fits in twice a core's L2.
+  bool blocks_inner = false;
   bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
   // Row tiles of full channel blocks go straight into y (fp32 with contiguous channels, not staged), except
   // AMX tiles, which always go through the staging tile.
