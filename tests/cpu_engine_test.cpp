@@ -1360,6 +1360,25 @@ TEST(CpuBf16, TinyInputsAreExact) {
         }
 }
 
+// The AMX engine on one thread against the reference (exactly, for small integers into fp32), then tiles
+// along rows and over flat planes on 1 and 2 threads: the same bits, y's padding untouched.
+void check_amx_rows_and_planes(const Case& c, const Problem& p, Instance& inst, Fill fill) {
+  run_gemm(p, inst, Isa::amx_bf16, {}, 1);
+  ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+  if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+    ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+  }
+  const Tensor first = inst.y;
+  for (int plane : {0, 2})  // rows, flat planes
+    for (int threads : {1, 2}) {
+      fill_canary(inst.y);
+      run_gemm(p, inst, Isa::amx_bf16, {0, 0, plane}, threads);
+      EXPECT_TRUE(same_bits(first, inst.y))
+          << c.name() << ", plane " << plane << ", " << threads << " threads";
+      EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+    }
+}
+
 // AMX tiles (kernels_amx.cpp: up to 32 pixels as two row tiles of 16, two vectors of 16 input channels, the
 // reduction in chunks of 32 channels) at their edges: Cin, Cout and W phase lengths of 15, 16, 17, 31, 32,
 // 33 and 47 to 49 (three tiles); bf16, HiFloat8 and FP8 E4M3FN inputs widened to bf16; both data formats;
@@ -1387,22 +1406,22 @@ TEST(CpuAmx, TileEdges) {
         const Fill fill = k % 5 == 0 ? Fill::small_integers : Fill::random;
         ++k;
         Instance inst = instantiate(c, rng, fill);
-        const Problem p = validate(inst.spec);
-        run_gemm(p, inst, Isa::amx_bf16, {}, 1);
-        ASSERT_TRUE(matches_reference(p, inst)) << c.name();
-        if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
-          ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
-        }
-        Tensor first = inst.y;
-        for (int plane : {0, 2})  // rows, flat planes
-          for (int threads : {1, 2}) {
-            fill_canary(inst.y);
-            run_gemm(p, inst, Isa::amx_bf16, {0, 0, plane}, threads);
-            EXPECT_TRUE(same_bits(first, inst.y))
-                << c.name() << ", plane " << plane << ", " << threads << " threads";
-            EXPECT_TRUE(padding_intact(inst.y)) << c.name();
-          }
+        check_amx_rows_and_planes(c, validate(inst.spec), inst, fill);
+        if (::testing::Test::HasFatalFailure()) return;
       }
+}
+
+// Two AMX channel blocks (40 input channels) over 20 output channels, padded by one on every side: the
+// case the non-finite tests plant values in.
+Case border_case(DType dtype, Layout fmt) {
+  Case c = with_dtype(Case{}, dtype);
+  c.data_format = fmt;
+  c.y_dtype = DType::f32;
+  c.Cin = 40;
+  c.Cout = 20;
+  c.in = {2, 4, 20};
+  c.pad_front = c.pad_back = {1, 1, 1};
+  return c;
 }
 
 // AMX tiles multiply the zero pixels beside each dy row too. A filter holding an infinity or a NaN must not
@@ -1413,13 +1432,7 @@ TEST(CpuAmx, NonFiniteFilterAtBordersMatchesReference) {
   std::mt19937_64 rng(137);
   for (Layout fmt : kDataFormats)
     for (std::uint16_t bad : {std::uint16_t{0x7F80}, std::uint16_t{0xFF80}, std::uint16_t{0x7FC0}}) {
-      Case c = with_dtype(Case{}, DType::bf16);
-      c.data_format = fmt;
-      c.y_dtype = DType::f32;
-      c.Cin = 40;
-      c.Cout = 20;
-      c.in = {2, 4, 20};
-      c.pad_front = c.pad_back = {1, 1, 1};
+      const Case c = border_case(DType::bf16, fmt);
       Instance inst = instantiate(c, rng, Fill::small_integers);
       // Tap kw = 0 of (co 3, ci 5, kd 1, kh 1) reads dy one pixel right of y's: outside dy at the right
       // border.
@@ -1505,34 +1518,15 @@ TEST(CpuAmx, Fp16SplitMatchesReference) {
             else
               static_cast<float*>(inst.dy.view.data)[0] = 1.0f + 0x1p-12f;  // rounds to 1 in fp16
           }
-          const Problem p = validate(inst.spec);
-          run_gemm(p, inst, Isa::amx_bf16, {}, 1);
-          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
-          if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
-            ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
-          }
-          Tensor first = inst.y;
-          for (int plane : {0, 2})  // rows, flat planes
-            for (int threads : {1, 2}) {
-              fill_canary(inst.y);
-              run_gemm(p, inst, Isa::amx_bf16, {0, 0, plane}, threads);
-              EXPECT_TRUE(same_bits(first, inst.y))
-                  << c.name() << ", plane " << plane << ", " << threads << " threads";
-              EXPECT_TRUE(padding_intact(inst.y)) << c.name();
-            }
+          check_amx_rows_and_planes(c, validate(inst.spec), inst, fill);
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
   // Non-finite values: fp16 +inf, -inf and NaN.
   for (Layout fmt : kDataFormats)
     for (bool in_dy : {false, true})
       for (std::uint16_t bad : {std::uint16_t{0x7C00}, std::uint16_t{0xFC00}, std::uint16_t{0x7E01}}) {
-        Case c = with_dtype(Case{}, DType::f16);
-        c.data_format = fmt;
-        c.y_dtype = DType::f32;
-        c.Cin = 40;
-        c.Cout = 20;
-        c.in = {2, 4, 20};
-        c.pad_front = c.pad_back = {1, 1, 1};
+        const Case c = border_case(DType::f16, fmt);
         Instance inst = instantiate(c, rng, Fill::small_integers);
         auto* w = static_cast<std::uint16_t*>(inst.filter.view.data);
         auto* d = static_cast<std::uint16_t*>(inst.dy.view.data);

@@ -480,12 +480,16 @@ void interleave_bf16(const std::uint16_t* a, const std::uint16_t* b, std::uint16
   }
 }
 
+// permutex2var indices interleaving the low (high) halves of two vectors: a0, b0, a1, b1, ...
+CONV3D_DX_INLINE __m512i interleave_index(bool high) {
+  alignas(64) static constexpr std::array<int, 32> index{0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                         21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                         11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return _mm512_load_si512(index.data() + (high ? 16 : 0));
+}
+
 void interleave_f32(const float* a, const float* b, float* out, std::int64_t n) {
-  alignas(64) static constexpr std::array<int, 16> lo_idx{0, 16, 1, 17, 2, 18, 3, 19,
-                                                          4, 20, 5, 21, 6, 22, 7, 23};
-  alignas(64) static constexpr std::array<int, 16> hi_idx{8,  24, 9,  25, 10, 26, 11, 27,
-                                                          12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i lo = _mm512_load_si512(lo_idx.data()), hi = _mm512_load_si512(hi_idx.data());
+  const __m512i lo = interleave_index(false), hi = interleave_index(true);
   for (std::int64_t i = 0; i < n; i += 32) {
     const std::int64_t left = n - i, na = (left + 1) / 2, nb = left / 2;  // from a and from b
     const __mmask16 ma = tail16(na);
@@ -520,11 +524,7 @@ CONV3D_DX_INLINE SplitUnits16 split_units16(__m512 x, bool filter) {
 }
 
 void split_dy_bf16(const float* src, std::int64_t n, std::uint16_t* out) {
-  alignas(64) static constexpr std::array<int, 16> lo_idx{0, 16, 1, 17, 2, 18, 3, 19,
-                                                          4, 20, 5, 21, 6, 22, 7, 23};
-  alignas(64) static constexpr std::array<int, 16> hi_idx{8,  24, 9,  25, 10, 26, 11, 27,
-                                                          12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i lo = _mm512_load_si512(lo_idx.data()), hi = _mm512_load_si512(hi_idx.data());
+  const __m512i lo = interleave_index(false), hi = interleave_index(true);
   for (std::int64_t i = 0; i < n; i += 16) {
     const std::int64_t left = std::min<std::int64_t>(n - i, 16);
     const auto [first, second] = split_units16(_mm512_maskz_loadu_ps(tail16(left), src + i), false);
