@@ -1532,10 +1532,14 @@ TEST(CpuAmx, Fp16SplitMatchesReference) {
         auto* d = static_cast<std::uint16_t*>(inst.dy.view.data);
         const auto& ws = inst.filter.view.strides;
         const auto& ds = inst.dy.view.strides;
-        if (in_dy)  // dy's last pixel of a row (co 3, od 1, oh 2): the W taps beside it reach the halo
-          d[3 * ds[1] + ds[2] + 2 * ds[3] + 19 * ds[4]] = bad;
-        else  // tap kw = 0 of (co 3, ci 5, kd 1, kh 1), outside dy at the right border
+        if (in_dy) {  // dy's last pixel of a row (co 3, od 1, oh 2): the W taps beside it reach the halo
+          // The view's shape and strides follow its layout: [N, D, H, W, C] for NDHWC.
+          const bool cl = fmt == Layout::NDHWC;
+          d[3 * ds[cl ? 4 : 1] + ds[cl ? 1 : 2] + 2 * ds[cl ? 2 : 3] + 19 * ds[cl ? 3 : 4]] = bad;
+        } else {
+          // tap kw = 0 of (co 3, ci 5, kd 1, kh 1), outside dy at the right border (NCDHW filter)
           w[3 * ws[0] + 5 * ws[1] + ws[2] + ws[3]] = bad;
+        }
         // A zero filter value where dy is infinite: its product is NaN, not inf x lo = 0.
         w[3 * ws[0] + 6 * ws[1] + ws[2] + ws[3] + ws[4]] = 0;
         const Problem p = validate(inst.spec);
