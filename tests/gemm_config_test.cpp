@@ -84,17 +84,27 @@ TEST_F(GemmConfigTest, AmxPadsTheReductionAndFlattensShortRows) {
   EXPECT_TRUE(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2, {0, 0, 2}).flat);
 }
 
-// AMX runs a row's or plane's channel blocks in turn where the whole packed filter fits in twice a core's
-// L2 (suite shape d: 27 taps x 256 x 256 bf16 = 3.4 MiB, within 4 MiB, not 2 MiB); the FMA kernels keep a
-// block's tasks together; fp16 inputs are split into four elements per channel (kpad 4 x Cout, padded to 32).
+// AMX runs a row's or plane's channel blocks in turn where the whole packed filter fits in a core's L2, or in
+// twice that for tasks of at least 128 pixels: a 3.4 MiB filter (27 taps x 256 x 256 bf16) over 16 x 16
+// planes (rows of 16 pixels) only with a 4 MiB L2; over 22 x 40 planes (flat planes of 880 pixels) already
+// with 2 MiB, not with 1 MiB. The FMA kernels keep a block's tasks together; fp16 inputs are split into four
+// elements per channel (kpad 4 x Cout, padded to 32).
 TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
   Case c = with_dtype(Case{}, DType::bf16);
   c.Cin = c.Cout = 256;
+  c.in = {3, 16, 16};
+  const Problem rows = problem_of(c);
+  const auto by_rows = cpu::gemm_config(rows, with_l2(2 << 20), Isa::amx_bf16, 2);
+  ASSERT_FALSE(by_rows.flat || by_rows.plane_mode) << by_rows.describe();
+  EXPECT_FALSE(by_rows.blocks_inner);
+  EXPECT_TRUE(cpu::gemm_config(rows, with_l2(4 << 20), Isa::amx_bf16, 2).blocks_inner);
   c.in = {3, 22, 40};
   const Problem p = problem_of(c);
-  EXPECT_TRUE(cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2).blocks_inner);
+  const auto flat = cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2);
+  ASSERT_TRUE(flat.flat) << flat.describe();
+  EXPECT_TRUE(flat.blocks_inner);
   EXPECT_FALSE(cpu::gemm_config(p, with_l2(1 << 20), Isa::amx_bf16, 2).blocks_inner);
-  EXPECT_FALSE(cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512, 2).blocks_inner);
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(4 << 20), Isa::avx512, 2).blocks_inner);
   cpu::GemmTuning forced;
   forced.blocks_inner = 1;
   const auto inner = cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512, 2, forced);

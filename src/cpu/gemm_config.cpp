@@ -157,15 +157,23 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
       }
   }
   // AMX tiles reread a tile's dy for every channel block, from L2 or beyond when the blocks' tasks are far
-  // apart: with the blocks of a row or plane run one after another, from L1 or L2. Xeon, bf16, 2 threads,
-  // packed filter, block-major order over this: channels_last unet_up 0.43x the time, b 0.69x, i 0.74x,
-  // d 0.78x, vae 0.83x, a 0.88x, k1s2 0.53x; NCDHW a 0.85x, b 0.67x; but e, whose 16 MiB filter every task
-  // then streams, 1.5x (the FMA kernels: i 1.45x, d 1.12x, so they keep block-major order).
+  // apart: with the blocks of a row or plane run one after another, from L1 or L2. But each task then reads
+  // every block's filter, which stays in L2 only up to its size; beyond that only tasks of many pixels (flat
+  // planes) use each filter line enough to stream it. Xeon, bf16, 2 threads, packed filter, against
+  // block-major order: channels_last unet_up 0.43x the time, k1s2 0.53x, b 0.69x, i 0.74x, vae 0.83x, a
+  // 0.88x, NCDHW a 0.85x, b 0.67x (filters within L2); d 0.78x (3.4 MiB, flat planes of 880 pixels); but
+  // deep256 (3.4 MiB, rows of 16 pixels) 1.9x and e (16 MiB, planes of 36) 1.5x. The FMA kernels measured
+  // worse with it (i 1.45x, d 1.12x) and keep block-major order.
   const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const std::int64_t packed = saturating_mul(
       saturating_mul(saturating_mul(p.G, taps), saturating_mul(kpad, ceil_div(p.Cin_g, c.lanes) * c.lanes)),
       elem);
-  c.blocks_inner = tuning.blocks_inner >= 0 ? tuning.blocks_inner == 1 : c.amx && packed <= 2 * cpu.l2_bytes;
+  const std::int64_t task_pixels = c.plane_mode ? c.planes_per_task * p.y_size[1] * p.y_size[2]
+                                   : c.flat     ? p.y_size[1] * p.y_size[2]
+                                                : p.y_size[2];
+  c.blocks_inner = tuning.blocks_inner >= 0 ? tuning.blocks_inner == 1
+                                            : c.amx && (packed <= cpu.l2_bytes ||
+                                                        (packed <= 2 * cpu.l2_bytes && task_pixels >= 128));
   // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
   // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
   c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.y_size[2] * block_width <= (std::int64_t{1} << 20));

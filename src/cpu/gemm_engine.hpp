@@ -64,7 +64,7 @@ struct GemmConfig {
   std::int64_t planes_per_task = 1;
   // AMX: each thread's consecutive tasks take the channel blocks (of every group) of one y row or plane in
   // turn, so the dy tiles a block reads are in cache for the next; every block is packed before the tasks
-  // run, so only where the whole packed filter fits in twice a core's L2.
+  // run, so only where the whole packed filter fits in a core's L2, or twice that for tasks of many pixels.
   bool blocks_inner = false;
   bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
   // Row tiles of full channel blocks go straight into y (fp32 with contiguous channels, not staged), except
