@@ -1,7 +1,8 @@
 // parallel_for (src/common/parallel.hpp): fixed chunks covering every index once, exceptions reaching the
 // caller, nested calls run serially, concurrent callers with their own workers, a forked child, and a
-// system that refuses to start threads (the work then runs on the threads that did start). Plan's thread
-// limit. The Threads* names are what the ThreadSanitizer build of .ci/run runs.
+// system that refuses to start threads (the work then runs on the threads that did start). parallel_chunks:
+// chunks of the grain each taken once, no overflow near INT64_MAX, exceptions. Plan's thread limit. The
+// Threads* names are what the ThreadSanitizer build of .ci/run runs.
 #include "common/parallel.hpp"
 
 #include <pthread.h>
@@ -75,6 +76,67 @@ TEST(ThreadsParallelFor, AnExceptionReachesTheCallerAfterEveryChunkRan) {
     EXPECT_EQ(ran.load(), 3);
   }
   EXPECT_EQ(chunks_of(3, 9).size(), 3u);  // the workers are still there
+}
+
+// parallel_chunks: the chunks every call took, and how many calls there were.
+std::pair<Chunks, int> drained(int threads, std::int64_t n, std::int64_t grain) {
+  Chunks chunks;
+  int calls = 0;
+  std::mutex m;
+  ChunkQueue queue(n, grain);
+  parallel_chunks(threads, queue, [&](ChunkQueue& q) {
+    Chunks mine;
+    for (std::int64_t b, e; q.next(b, e);) mine.emplace_back(b, e);
+    std::lock_guard<std::mutex> lock(m);
+    ++calls;
+    chunks.insert(chunks.end(), mine.begin(), mine.end());
+  });
+  std::sort(chunks.begin(), chunks.end());
+  return {chunks, calls};
+}
+
+TEST(ThreadsParallelChunks, ChunksOfTheGrainCoverEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5, 8})
+    for (std::int64_t n : {0, 1, 2, 7, 100, 1000003})
+      for (std::int64_t grain : {1, 3, 64}) {
+        const auto [chunks, calls] = drained(threads, n, grain);
+        const std::int64_t expected = (n + grain - 1) / grain;
+        ASSERT_EQ(static_cast<std::int64_t>(chunks.size()), expected) << threads << " threads, n " << n;
+        EXPECT_LE(calls, std::min<std::int64_t>(threads, expected)) << threads << " threads, n " << n;
+        for (std::size_t i = 0; i < chunks.size(); ++i) {
+          EXPECT_EQ(chunks[i].first, static_cast<std::int64_t>(i) * grain);
+          EXPECT_EQ(chunks[i].second, std::min(n, chunks[i].first + grain));
+        }
+      }
+}
+
+TEST(ThreadsParallelChunks, CountsNearInt64MaxDoNotOverflow) {
+  const std::int64_t n = INT64_MAX, grain = INT64_MAX / 2 + 1;
+  const auto [chunks, calls] = drained(3, n, grain);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0], std::make_pair(std::int64_t{0}, grain));
+  EXPECT_EQ(chunks[1], std::make_pair(grain, n));
+  ChunkQueue queue(n, grain);
+  std::int64_t b = 0, e = 0;
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(queue.next(b, e));
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(queue.next(b, e));  // asking again past the end stays false
+}
+
+TEST(ThreadsParallelChunks, AnExceptionReachesTheCallerAfterEveryCallEnded) {
+  std::atomic<int> ran{0};
+  ChunkQueue queue(100, 1);
+  try {
+    parallel_chunks(3, queue, [&](ChunkQueue& q) {
+      ++ran;
+      for (std::int64_t b, e; q.next(b, e);)
+        if (b == 50) throw std::runtime_error("chunk 50");
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "chunk 50");
+  }
+  EXPECT_GE(ran.load(), 1);
+  EXPECT_LE(ran.load(), 3);
 }
 
 TEST(ThreadsParallelFor, NestedCallsRunSerially) {

@@ -1,5 +1,7 @@
-// Static, deterministic work splitting: the same n and thread count always give the same chunks, and each
-// index is handled by exactly one thread, so results never depend on scheduling.
+// Work splitting whose results never depend on scheduling: parallel_for splits statically (the same n and
+// thread count always give the same chunks); parallel_chunks hands chunks to whichever thread asks next, for
+// tasks whose results do not depend on the thread that runs them. Either way each index is handled by
+// exactly one thread, and nothing is summed across threads.
 //
 // The threads: each thread that calls parallel_for gets its own team of worker threads, started on first
 // need and kept until that thread exits (so concurrent callers never share or wait for workers). When the
@@ -216,6 +218,42 @@ void parallel_for(int threads, std::int64_t n, F&& fn) {
         if (begin < end) (*j.fn)(begin, end);
       },
       &job);
+}
+
+// Chunks of [0, n), `grain` consecutive indices each (the last may be shorter), handed out in order to
+// whichever thread asks next.
+class ChunkQueue {
+ public:
+  ChunkQueue(std::int64_t n, std::int64_t grain)
+      : n_(std::max<std::int64_t>(n, 0)), grain_(std::max<std::int64_t>(grain, 1)) {}
+  std::int64_t chunks() const { return n_ / grain_ + (n_ % grain_ != 0); }
+  // The next chunk [begin, end), or false when none is left. The counter never passes n (no overflow).
+  bool next(std::int64_t& begin, std::int64_t& end) {
+    std::int64_t b = next_.load(std::memory_order_relaxed);
+    do {
+      if (b >= n_) return false;
+    } while (!next_.compare_exchange_weak(b, b + std::min(grain_, n_ - b), std::memory_order_relaxed));
+    begin = b;
+    end = b + std::min(grain_, n_ - b);
+    return true;
+  }
+
+ private:
+  const std::int64_t n_, grain_;
+  std::atomic<std::int64_t> next_{0};
+};
+
+// Calls fn(queue) on up to `threads` threads (the caller is one of them), at most once per thread and never
+// more often than the queue has chunks; each call takes chunks until none is left. For tasks whose results
+// do not depend on the thread that runs them nor on the tasks it ran before: a core slowed by other work
+// (a busy machine, a shared physical core) then takes fewer of them instead of holding the others up at the
+// end, as a static split would. An exception thrown by fn is rethrown here after every call has finished.
+template <class F>
+void parallel_chunks(int threads, ChunkQueue& queue, F&& fn) {
+  const std::int64_t calls = std::min<std::int64_t>(std::max(threads, 1), queue.chunks());
+  parallel_for(static_cast<int>(calls), calls, [&](std::int64_t begin, std::int64_t end) {
+    if (begin < end) fn(queue);  // one call per thread, however many indices it was given
+  });
 }
 
 }  // namespace conv3d_dx
