@@ -54,6 +54,26 @@ TEST_F(GemmConfigTest, LargeFiltersGetPlaneTasksSizedByTheL2) {
   EXPECT_EQ(rows.nv, 1);  // no wider than the channels
 }
 
+// Channel blocks of equal width where the channels allow, never wider than the kernel set's widest; a
+// tuning that names the width keeps it.
+TEST_F(GemmConfigTest, ChannelBlocksShareTheChannelsEvenly) {
+  Case c;
+  c.Cout = 32;
+  c.in = {3, 8, 8};
+  const std::pair<std::int64_t, int> expected[] = {{16, 1},  {48, 3},  {64, 4},  {80, 3},  {96, 3},
+                                                   {112, 4}, {128, 4}, {144, 3}, {160, 4}, {192, 4}};
+  for (const auto& [cin, nv] : expected) {
+    c.Cin = cin;
+    const auto config = cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::avx512, 2);
+    EXPECT_EQ(config.nv, nv) << cin << " input channels: " << config.describe();
+  }
+  c.Cin = 96;
+  cpu::GemmTuning wide;
+  wide.nv = 4;
+  EXPECT_EQ(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::avx512, 2, wide).nv, 4);
+  EXPECT_EQ(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2).nv, 2);
+}
+
 // AMX (decided without running it): the reduction padded to 32 channels, blocks of two vectors, dy always
 // converted with zero pixels beside its rows as far as the taps reach, and flat planes where rows are short
 // (suite shape e's 6 pixels) but not where they fill the 16-row tiles (32 pixels).
