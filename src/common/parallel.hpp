@@ -229,12 +229,13 @@ class ChunkQueue {
   std::int64_t chunks() const { return n_ / grain_ + (n_ % grain_ != 0); }
   // The next chunk [begin, end), or false when none is left. The counter never passes n (no overflow).
   bool next(std::int64_t& begin, std::int64_t& end) {
-    std::int64_t b = next_.load(std::memory_order_relaxed);
+    std::int64_t b = next_.load(std::memory_order_relaxed), e;
     do {
       if (b >= n_) return false;
-    } while (!next_.compare_exchange_weak(b, b + std::min(grain_, n_ - b), std::memory_order_relaxed));
+      e = b + std::min(grain_, n_ - b);
+    } while (!next_.compare_exchange_weak(b, e, std::memory_order_relaxed));
     begin = b;
-    end = b + std::min(grain_, n_ - b);
+    end = e;
     return true;
   }
 

@@ -59,14 +59,13 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   const Axis &h_axis = axes[1], &w_axis = axes[2];
   const int widest_nv = c.amx ? 2 : ks.widest_nv();
   const int nv = std::min(tuning.nv > 0 ? tuning.nv : ks.nv_for_reduction(tile_steps), widest_nv);
-  // Then blocks of equal width where the channels allow (6 vectors as 3 + 3 rather than 4 + 2, 9 as 3 + 3 +
-  // 3 rather than 4 + 4 + 1): every block's tasks cost about the same, so threads that take whole blocks
-  // finish together, and no block runs the narrow tiles with more loads per FMA. Xeon without AMX (Ice
-  // Lake), fp32, 2 threads, n2c96 (96 channels, its 2 blocks on 2 threads), paired: 0.77-0.82x the time
-  // in 5 of 6 process pairs (1.07x in one), NCDHW and channels_last; 1 thread 0.96x.
-  const std::int64_t vectors = ceil_div(p.Cin_g, c.lanes);
-  c.nv = static_cast<int>(std::min<std::int64_t>(nv, vectors));
-  if (tuning.nv == 0) c.nv = static_cast<int>(ceil_div(vectors, ceil_div(vectors, c.nv)));
+  // Unless tuned, blocks as equal as the channels allow (6 vectors as 3 + 3 rather than 4 + 2, 9 as 3 + 3 +
+  // 3 rather than 4 + 4 + 1), so every block's tasks cost about the same and threads that take whole blocks
+  // finish together. Xeon without AMX (Ice Lake), fp32, n2c96 (96 channels, its 2 blocks on 2 threads),
+  // 10 paired calls per run: 2 threads 0.77-0.82x the time in 5 of 6 runs (1.07x in one), NCDHW and
+  // channels_last; 1 thread 0.96x (one run).
+  const std::int64_t vectors = ceil_div(p.Cin_g, c.lanes), at_most = std::min<std::int64_t>(nv, vectors);
+  c.nv = static_cast<int>(tuning.nv > 0 ? at_most : ceil_div(vectors, ceil_div(vectors, at_most)));
   for (int v = 1; v <= kMaxNv; ++v)
     c.max_m[v] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.max_m[v]) : ks.max_m[v];
 

@@ -159,16 +159,11 @@ class GemmEngine final : public EngineImpl {
   void execute(const void* dy, void* y, void* workspace) const override {
     if (p_.N == 0) return;
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
-    ChunkQueue queue = task_queue(static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_);
-    parallel_chunks(threads_, queue, [&](ChunkQueue& q) {
-      TaskScratch scratch(*this);
-      for (std::int64_t begin, end; q.next(begin, end);)
-        for (std::int64_t i = begin; i < end; ++i) {
-          const std::int64_t t = task_of(i);
-          run_task(t, src, y, tiny_dy, scratch, block_of(t / tasks_per_block_));
-        }
-      if (config_.amx) amx_release();
-    });
+    run_tasks(static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_,
+              [&](std::int64_t i, TaskScratch& scratch) {
+                const std::int64_t t = task_of(i);
+                run_task(t, src, y, tiny_dy, scratch, block_of(t / tasks_per_block_));
+              });
   }
 
   // Each thread packs a channel block and at once runs every task that uses it, so the packed block is read
@@ -216,15 +211,9 @@ class GemmEngine final : public EngineImpl {
       for (std::int64_t i = begin; i < end; ++i)
         pack_group_block(filter, whole + i, destination(whole + i, i));
     });
-    ChunkQueue shared_tasks = task_queue(shared * tasks_per_block_);
-    parallel_chunks(threads_, shared_tasks, [&](ChunkQueue& q) {
-      TaskScratch scratch(*this);
-      for (std::int64_t begin, end; q.next(begin, end);)
-        for (std::int64_t t = begin; t < end; ++t) {
-          const std::int64_t i = t / tasks_per_block_;
-          run_task(whole * tasks_per_block_ + t, src, y, tiny_dy, scratch, destination(whole + i, i));
-        }
-      if (config_.amx) amx_release();
+    run_tasks(shared * tasks_per_block_, [&](std::int64_t t, TaskScratch& scratch) {
+      const std::int64_t i = t / tasks_per_block_;
+      run_task(whole * tasks_per_block_ + t, src, y, tiny_dy, scratch, destination(whole + i, i));
     });
   }
 
@@ -291,14 +280,22 @@ class GemmEngine final : public EngineImpl {
     return i % nblocks * tasks_per_block_ + i / nblocks;
   }
 
-  // n tasks in chunks handed to whichever thread asks next: about 16 per thread, so a slowed core gives its
-  // share to the others, yet long enough runs of consecutive rows or planes to reuse their dy from cache;
-  // with blocks_inner, whole rows or planes (every block's task). Xeon without AMX (Ice Lake), fp32
-  // channels_last, 2 threads, paired against the static split on a busy VM: a 0.95-1.08x the time, b
-  // 0.97-1.00x, unet_up 0.88-1.02x, e 0.94x; on a quiet one 0.99-1.02x.
-  ChunkQueue task_queue(std::int64_t n) const {
+  // task(i, scratch) for i in [0, n), in chunks handed to whichever thread asks next, each thread with its
+  // own scratch: about 16 chunks per thread, so a slowed core gives its share to the others, yet runs of
+  // consecutive rows or planes long enough to reuse their dy from cache; with blocks_inner, whole rows or
+  // planes (every block's task). Xeon without AMX (Ice Lake), fp32, 2 threads, 30 paired runs against the
+  // static split over a, b, c, d, e, i, k1s2, unet_up, vae: median 0.99x the time, 0.88-1.08x, the gains
+  // (0.88-0.95x) in minutes when the VM's two cores ran at different speeds.
+  template <class Task>
+  void run_tasks(std::int64_t n, const Task& task) const {
     const std::int64_t unit = config_.blocks_inner ? static_cast<std::int64_t>(tiny_blocks_.size()) : 1;
-    return ChunkQueue(n, unit * std::max<std::int64_t>(1, n / unit / (16 * std::int64_t{threads_})));
+    ChunkQueue queue(n, unit * std::max<std::int64_t>(1, n / unit / (16 * std::int64_t{threads_})));
+    parallel_chunks(threads_, queue, [&](ChunkQueue& q) {
+      TaskScratch scratch(*this);
+      for (std::int64_t begin, end; q.next(begin, end);)
+        for (std::int64_t i = begin; i < end; ++i) task(i, scratch);
+      if (config_.amx) amx_release();
+    });
   }
 
   // Bytes of the packed filter (all groups, channels padded to whole vectors).
