@@ -240,6 +240,83 @@ TEST_P(CpuIsa, TapsCoveringPartOfATile) {
   expect_counts(0, 0);
 }
 
+// W taps sharing their dy loads (SharedWTile, AVX-512 fp32 FMA kernels: 3-wide W kernels at W stride 1 and
+// dilation 1, blocks of 1 or 2 vectors): rows of 1 pixel to 2 tiles and more, W pads 0 to 2 (0 to 2 of a
+// tile's first or last dy pixels outside dy, and rows shorter than a tile), a narrower last block, channels
+// per block one short of whole vectors, channel-first dy read in place with its channel stride, both data
+// formats, D stride 2; exact on small integers, within the bound on random values, the same bits on 1 and 2
+// threads; an infinity at the W borders of dy and in a border tap of the filter, against the reference.
+// The config says where the kernels run: on AVX-512 only, and never over bf16 pairs.
+TEST_P(CpuIsa, SharedWTapsMatchReference) {
+  if (GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16)
+    GTEST_SKIP() << "fp32 inputs only: the engines over bf16 pairs do not share W taps";
+  const bool offered = GetParam() == Isa::avx512;
+  const int lanes = GetParam() == Isa::avx2 ? 8 : 16;
+  std::mt19937_64 rng(61);
+  struct Blocks {
+    int nv;
+    std::int64_t cin;
+  };
+  const Blocks blocks[] = {
+      {1, lanes}, {1, lanes - 1}, {2, 2 * lanes}, {2, 2 * lanes - 1}, {2, 3 * lanes - 1}};
+  int shared = 0;
+  for (const Blocks b : blocks)
+    for (const std::int64_t pad : {0, 1, 2})
+      for (const std::int64_t w : {1, 5, 13, 17, 31})
+        for (Layout fmt : kDataFormats) {
+          if (w + 2 * pad < 3) continue;  // dy would be empty
+          Case c = with_dtype(Case{}, DType::f32);
+          c.data_format = fmt;
+          c.N = 2;
+          c.Cin = b.cin;
+          c.Cout = 17;  // enough per tap for channel-first dy read in place
+          c.in = {3, 2, w};
+          c.stride = {2, 1, 1};
+          c.pad_front = {1, 1, pad};
+          c.pad_back = {0, 1, pad};
+          const Fill fill = w % 2 ? Fill::small_integers : Fill::random;
+          Instance inst = instantiate(c, rng, fill);
+          const Problem p = validate(inst.spec);
+          if (!admit(p)) continue;
+          const cpu::GemmTuning tuning{b.nv};
+          std::string why;
+          auto engine = cpu::make_gemm(named_request(p, 2, GetParam()), GetParam(), tuning, why);
+          ASSERT_TRUE(engine) << why;
+          const bool shares = engine->config().find("sharing dy loads") != std::string::npos;
+          EXPECT_EQ(shares, offered) << c.name() << ": " << engine->config();
+          shared += shares;
+          run_gemm(p, inst, GetParam(), tuning, 1);
+          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+          if (fill == Fill::small_integers) {
+            ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+          }
+          const Tensor one_thread = inst.y;
+          fill_canary(inst.y);
+          run_gemm(p, inst, GetParam(), tuning, 2);
+          EXPECT_TRUE(same_bits(one_thread, inst.y)) << c.name();
+          // Infinities in dy's first and last pixel of a row, and in the filter's kw = 0 and kw = 2 taps of
+          // one channel pair: the terms outside dy must not meet them as 0 x inf.
+          const auto at = [](const std::array<std::int64_t, 5>& strides, std::array<std::int64_t, 5> i) {
+            std::int64_t o = 0;
+            for (int a = 0; a < 5; ++a)
+              o += i[static_cast<std::size_t>(a)] * strides[static_cast<std::size_t>(a)];
+            return o;
+          };
+          float* dy = static_cast<float*>(inst.dy.view.data);
+          float* filter = static_cast<float*>(inst.filter.view.data);
+          const std::int64_t last = p.dy_size[2] - 1;
+          dy[at(p.dy_strides, {1, 3, 0, 1, 0})] = std::numeric_limits<float>::infinity();
+          dy[at(p.dy_strides, {0, 5, 1, 0, last})] = -std::numeric_limits<float>::infinity();
+          filter[at(p.filter_strides, {2, 0, 1, 1, 0})] = std::numeric_limits<float>::infinity();
+          filter[at(p.filter_strides, {4, b.cin - 1, 0, 2, 2})] = -std::numeric_limits<float>::infinity();
+          fill_canary(inst.y);
+          run_gemm(p, inst, GetParam(), tuning, 2);
+          EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", with infinities";
+        }
+  EXPECT_EQ(shared > 0, offered);
+  expect_counts(0, 0);
+}
+
 // A narrower last channel block of every width below the widest (4 + 1, 2 and 3 vectors of channels, the
 // last lane unused), after 4-vector blocks forced (AMX caps them at 2) and with the default blocking (on
 // AVX2 4-vector blocks for the short reduction, 2-vector ones for the long); fp32 and bf16, both layouts.

@@ -16,7 +16,9 @@ std::string GemmConfig::describe() const {
                           : " fp32 FMA") +
                   ", channel blocks of " + std::to_string(nv * lanes) + ", tiles up to " +
                   std::to_string(max_m[nv]) + " pixels, dy " + (direct_dy ? "in place" : "converted") +
-                  (fuse_w ? ", W taps fused" : "");
+                  (share_w  ? ", W taps sharing dy loads"
+                   : fuse_w ? ", W taps fused"
+                            : "");
   if (plane_mode)
     s += ", tasks of " + std::to_string(planes_per_task) + " planes with tap groups of " +
          std::to_string(dh_group) + " (kd, kh)";
@@ -97,6 +99,21 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   for (const AxisPhase& ph : w_axis.phases)
     for (std::size_t t = 1; t < ph.taps.size(); ++t)
       if (ph.taps[t - 1].off != ph.taps[t].off + 1) c.fuse_w = false;
+  // The fp32 FMA tiles share dy loads between a (kd, kh) pair's W taps where every W phase with taps has as
+  // many as the kernels take, one dy pixel apart, and the blocks are as narrow as the kernels (a pair's taps
+  // need not fuse: each tap's channels are read with their own stride).
+  bool shared_w_taps = ks.shared_w_taps > 0;
+  for (const AxisPhase& ph : w_axis.phases) {
+    if (ph.taps.empty()) continue;
+    if (static_cast<int>(ph.taps.size()) != ks.shared_w_taps) shared_w_taps = false;
+    for (std::size_t t = 1; t < ph.taps.size(); ++t)
+      if (ph.taps[t - 1].off != ph.taps[t].off + 1) shared_w_taps = false;
+  }
+  c.share_w = tuning.share_w && !c.bf16 && shared_w_taps;
+  for (int v = 1; v <= c.nv; ++v) c.share_w = c.share_w && ks.shared_w_max_m[v] > 0;
+  if (c.share_w)
+    for (int v = 1; v <= c.nv; ++v)
+      c.max_m[v] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.shared_w_max_m[v]) : ks.shared_w_max_m[v];
   // AMX tiles read every tap's dy pixels for the whole tile, in or out of dy: the converted rows get zero
   // pixels on both sides as far as any phase's taps reach (taps run from the largest offset, front, to the
   // smallest, back).

@@ -90,7 +90,7 @@ class GemmEngine final : public EngineImpl {
       dy_n_ = p.G * dy_g_;
     }
     // Packed W order: per W phase (in phase order) its taps by decreasing k, so that the taps of a phase
-    // read consecutive dy pixels in packed order (and may fuse, config.fuse_w).
+    // read consecutive dy pixels in packed order (and may fuse, config.fuse_w, or share dy loads, share_w).
     tap_pos_w_.assign(static_cast<std::size_t>(p.kernel[2]), 0);
     std::int64_t pos = 0;
     for (const AxisPhase& ph : ax_[2].phases)
@@ -888,7 +888,9 @@ class GemmEngine final : public EngineImpl {
     float* tile = static_cast<float*>(align64(scratch.tile.data()));
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
                        steps = bf16_ ? kpad_ / 2 : kpad_;
-    const TileFn* fns = amx ? amx_kernels().tile[b.nv] : fns_nv[b.nv];
+    const TileFn* fns = amx               ? amx_kernels().tile[b.nv]
+                        : config_.share_w ? ks_.f32_shared_w[b.nv]
+                                          : fns_nv[b.nv];
     // AMX tiles of a phase are of one width (the last may be narrower), as few as kAmxMaxM allows: a tile
     // costs the same for any number of pixels up to 16 per row tile, and a change of width reloads the tile
     // configuration (~300 cycles). The other kernels share a phase's pixels out evenly.
@@ -949,8 +951,9 @@ class GemmEngine final : public EngineImpl {
               continue;
             }
             const std::int64_t nblk = ceil_div(PW.count, max_m);
-            // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap) has the tap
-            // list of the previous such tile shifted by the pixels between them: reuse it.
+            // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap, or the m +
+            // taps - 1 dy pixels of shared taps) has the tap list of the previous such tile shifted by the
+            // pixels between them: reuse it.
             std::int64_t ntaps = 0, built_j0 = 0;
             bool built_inside = false;
             for (std::int64_t k = 0; k < nblk; ++k) {
@@ -963,7 +966,7 @@ class GemmEngine final : public EngineImpl {
               if (inside && built_inside) {
                 for (std::int64_t i = 0; i < ntaps; ++i) {
                   taps[i].dy_off += (j0 - built_j0) * dy_w_;
-                  taps[i].hi = static_cast<std::int32_t>(m);
+                  taps[i].hi = static_cast<std::int32_t>(config_.share_w ? m + ks_.shared_w_taps - 1 : m);
                 }
                 built_j0 = j0;
               } else {
@@ -1154,10 +1157,22 @@ class GemmEngine final : public EngineImpl {
         if (dh < dh_begin || dh >= dh_end || !H.valid(th, jh)) continue;
         const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
         const std::int64_t off_dh = (jd + td.off) * dy_d_ + (jh + th.off) * dy_h_;
-        // W taps in packed order (decreasing k = increasing dy offset). When the tile is inside dy
-        // for all of them and their dy values are contiguous, they form one reduction: same order.
+        // W taps in packed order (decreasing k = increasing dy offset). Shared (SharedWTile): one entry for
+        // them all from the tile's first dy pixel, with the range of its dy pixels inside dy's row.
         const auto& wt = PW.taps;
         const std::int64_t nw = static_cast<std::int64_t>(wt.size());
+        if (config_.share_w && nw > 0) {
+          const std::int64_t q0 = j0 + wt.back().off, nq = m + nw - 1;
+          const std::int64_t lo = std::clamp<std::int64_t>(-q0, 0, nq), hi = std::clamp(W.out - q0, lo, nq);
+          if (lo < hi)
+            taps[ntaps++] = {
+                off_dh + q0 * dy_w_,
+                wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes, steps,
+                static_cast<std::int32_t>(lo), static_cast<std::int32_t>(hi)};
+          continue;
+        }
+        // When the tile is inside dy for all of them and their dy values are contiguous, they form one
+        // reduction: same order.
         if (nw > 1 && config_.fuse_w &&
             (halo || (j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out))) {
           taps[ntaps++] = {off_dh + (j0 + wt.back().off) * dy_w_,

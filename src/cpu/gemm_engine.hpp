@@ -22,7 +22,8 @@ struct GemmTuning {
   int planes_per_task = 0;  // in plane mode
   int uncached_y = -1;      // 1: y's tiles stored past the caches wherever allowed, 0: never, -1: by y's size
   int blocks_inner =
-      -1;  // 1: a row's or plane's channel blocks in turn, 0: block after block, -1: by the CPU
+      -1;               // 1: a row's or plane's channel blocks in turn, 0: block after block, -1: by the CPU
+  bool share_w = true;  // W taps share their dy loads (SharedWTile) where the kernel set offers it
 };
 
 // Every choice the engine makes for a problem on a CPU, decided in one step from the problem, the CPU's
@@ -55,6 +56,10 @@ struct GemmConfig {
   // into the workspace.
   bool direct_dy = false;
   bool fuse_w = false;  // the W taps of a phase form one reduction (dy pixels and their taps line up)
+  // fp32 FMA tiles take a (kd, kh) pair's W taps together, each dy value loaded once for the taps of
+  // several pixels (SharedWTile): every W phase with taps has KernelSet::shared_w_taps of them, one dy pixel
+  // apart, and the blocks are narrow enough for those kernels. Tiles then up to shared_w_max_m pixels.
+  bool share_w = false;
   // A task is a whole y plane with the taps walked in groups of dh_group (kd, kh) pairs, so a channel
   // block's filter too large for L2 is reused across the plane; otherwise a task is one y row.
   bool plane_mode = false;

@@ -7,6 +7,7 @@
 // (W borders) are skipped: the common shapes of such ranges get compile-time variants (on AVX2 every range
 // of a tile of up to 6 pixels: run_part), the rest go pixel by pixel. The order of the reduction (taps in
 // list order, then channels ascending) never depends on the blocking of other tiles or on threads.
+// SharedWTile does the same over groups of W taps that share their dy loads (its own fixed order).
 //
 // Include it inside a namespace, after <immintrin.h>, <cstdint>, <cstring>, <type_traits> and
 // "cpu/kernels.hpp". It also holds what else the ISA files share (static_for, prefetch_lines, and the
@@ -142,6 +143,94 @@ struct Tile {
     });
   }
 };
+
+// A row tile whose tap list holds (kd, kh) pairs of NT W taps one dy pixel apart (fp32 FMA, config share_w):
+// pixel p's tap t reads dy pixel q = p + t, so each dy value broadcast serves the FMAs of up to NT pixels
+// (NT filter vectors per channel block vector held in registers). The single-tap kernel above loads a dy
+// value per FMA when NV = 1, and a core that loads one vector per cycle (the Ice Lake Xeon measured) then
+// does half its FMAs. TapRef: dy_off is dy pixel q = 0 of the tile, w the first tap's [k][NV x lanes]
+// values with the next taps' following, k the channels per tap, [lo, hi) the dy pixels q inside dy (only
+// those are read; the others' terms are left out). A pixel's sum runs over the pairs in list order, then
+// the channels ascending, then the NT taps in order, whatever the tile's position or width.
+template <class V, int M, int NV, int NT>
+struct SharedWTile {
+  using R = typename V::R;
+  static constexpr int kQ = M + NT - 1;  // dy pixels the tile reads per tap pair
+
+  // dy pixel q at bases[q / 5] + (q % 5) * ps bytes: (q % 5) * ps is ps scaled by 1, 2 or 4, or 3 ps, all
+  // x86 address forms, so the addresses take ceil(kQ / 5) bases and two strides in registers instead of
+  // one pointer per pixel, which spilled (the bases are made opaque each step so the compiler cannot hoist
+  // a pointer per pixel out of the loop again).
+  static constexpr int kBases = (kQ + 4) / 5;
+
+  template <bool Checked>
+  static CONV3D_DX_INLINE void run(R (&acc)[M][NV], const char* at, std::int64_t ps, std::int64_t cs,
+                                   const char* w, std::int64_t k, int lo, int hi) {
+    const std::int64_t tap_bytes = k * NV * static_cast<std::int64_t>(sizeof(R)), ps3 = 3 * ps;
+    const char* bases[kBases];
+    static_for<0, kBases>([&](auto i) __attribute__((always_inline)) { bases[i] = at + i * 5 * ps; });
+    for (std::int64_t c = 0; c < k; ++c) {
+      static_for<0, kBases>([&](auto i) __attribute__((always_inline)) { __asm__("" : "+r"(bases[i])); });
+      R wv[NT][NV];
+      static_for<0, NT>([&](auto t) __attribute__((always_inline)) {
+        static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+          wv[t][v] = V::load(w + t * tap_bytes + (c * NV + v) * static_cast<std::int64_t>(sizeof(R)));
+        });
+      });
+      static_for<0, kQ>([&](auto q) __attribute__((always_inline)) {
+        if (Checked && (q < lo || q >= hi)) return;
+        constexpr int r = decltype(q)::value % 5;
+        const char* const b = bases[q / 5];
+        const char* const d = r == 0 ? b : r == 3 ? b + ps3 : b + r * ps;
+        const R x = V::bcast(*reinterpret_cast<const float*>(d));
+        static_for<0, NT>([&](auto t) __attribute__((always_inline)) {
+          constexpr int p = decltype(q)::value - decltype(t)::value;
+          if constexpr (p >= 0 && p < M)
+            static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+              acc[p][v] = V::fma(x, wv[t][v], acc[p][v]);
+            });
+        });
+      });
+      static_for<0, kBases>([&](auto i) __attribute__((always_inline)) { bases[i] += cs; });
+    }
+  }
+
+  static void kernel(const TileArgs& a) {
+    R acc[M][NV];
+    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+        acc[p][v] = a.accumulate ? V::loadu(a.tile + p * a.tile_ps + v * V::kLanes) : V::zero();
+      });
+    });
+    // Byte addresses from dy's (the first of a tile's dy pixels may lie before dy).
+    const std::uintptr_t dy = reinterpret_cast<std::uintptr_t>(a.dy);
+    const std::int64_t ps = a.dy_ps * 4, cs = a.dy_cs * 4;
+    for (std::int64_t t = 0; t < a.ntaps; ++t) {
+      const TapRef& tap = a.taps[t];
+      const char* at = reinterpret_cast<const char*>(dy + static_cast<std::uintptr_t>(tap.dy_off * 4));
+      const char* w = static_cast<const char*>(tap.w);
+      if (tap.lo == 0 && tap.hi == kQ)
+        run<false>(acc, at, ps, cs, w, tap.k, 0, kQ);
+      else
+        run<true>(acc, at, ps, cs, w, tap.k, tap.lo, tap.hi);
+    }
+    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+        float* const at = a.tile + p * a.tile_ps + v * V::kLanes;
+        if (a.uncached)
+          V::store_uncached(at, acc[p][v]);
+        else
+          V::store(at, acc[p][v]);
+      });
+    });
+  }
+};
+
+// Fills table[NV][M] for M in 1..MaxM with SharedWTile<V, M, NV, NT>::kernel.
+template <class V, int NV, int NT, int MaxM>
+void fill_shared_w_tiles(TileFn (&table)[kMaxNv + 1][kMaxM + 1]) {
+  static_for<1, MaxM + 1>([&](auto m) { table[NV][m] = &SharedWTile<V, m, NV, NT>::kernel; });
+}
 
 // Fills table[NV][M] for M in 1..MaxM with Tile<V, S, M, NV>::kernel.
 template <class V, class S, int NV, int MaxM>
