@@ -106,6 +106,29 @@ struct F32Step {
   }
 };
 
+// A row tile's accumulators from its TileArgs: the tile's values when accumulating, else zero; and back.
+template <class V, int M, int NV>
+CONV3D_DX_INLINE void load_accumulators(typename V::R (&acc)[M][NV], const TileArgs& a) {
+  static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+    static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+      acc[p][v] = a.accumulate ? V::loadu(a.tile + p * a.tile_ps + v * V::kLanes) : V::zero();
+    });
+  });
+}
+
+template <class V, int M, int NV>
+CONV3D_DX_INLINE void store_accumulators(const typename V::R (&acc)[M][NV], const TileArgs& a) {
+  static_for<0, M>([&](auto p) __attribute__((always_inline)) {
+    static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+      float* const at = a.tile + p * a.tile_ps + v * V::kLanes;
+      if (a.uncached)
+        V::store_uncached(at, acc[p][v]);
+      else
+        V::store(at, acc[p][v]);
+    });
+  });
+}
+
 template <class V, class S, int M, int NV>
 struct Tile {
   using R = typename V::R;
@@ -158,11 +181,7 @@ struct Tile {
 
   static void kernel(const TileArgs& a) {
     R acc[M][NV];
-    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
-      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-        acc[p][v] = a.accumulate ? V::loadu(a.tile + p * a.tile_ps + v * V::kLanes) : V::zero();
-      });
-    });
+    load_accumulators<V>(acc, a);
     const In* dy = static_cast<const In*>(a.dy);
     const std::int64_t ps = a.dy_ps, cs = a.dy_cs;
     for (std::int64_t t = 0; t < a.ntaps; ++t) {
@@ -175,15 +194,7 @@ struct Tile {
       else
         run_part(acc, lo, hi, dy + tap.dy_off, ps, cs, w, k);
     }
-    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
-      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-        float* const at = a.tile + p * a.tile_ps + v * V::kLanes;
-        if (a.uncached)
-          V::store_uncached(at, acc[p][v]);
-        else
-          V::store(at, acc[p][v]);
-      });
-    });
+    store_accumulators<V>(acc, a);
   }
 };
 
@@ -229,11 +240,7 @@ struct SharedWTile {
 
   static void kernel(const TileArgs& a) {
     R acc[M][NV];
-    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
-      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-        acc[p][v] = a.accumulate ? V::loadu(a.tile + p * a.tile_ps + v * V::kLanes) : V::zero();
-      });
-    });
+    load_accumulators<V>(acc, a);
     // Byte addresses from dy's (the first of a tile's dy pixels may lie before dy).
     const std::uintptr_t dy = reinterpret_cast<std::uintptr_t>(a.dy);
     const std::int64_t ps = a.dy_ps * 4, cs = a.dy_cs * 4;
@@ -246,15 +253,7 @@ struct SharedWTile {
       else
         run<true>(acc, at, ps, cs, w, tap.k, tap.lo, tap.hi);
     }
-    static_for<0, M>([&](auto p) __attribute__((always_inline)) {
-      static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-        float* const at = a.tile + p * a.tile_ps + v * V::kLanes;
-        if (a.uncached)
-          V::store_uncached(at, acc[p][v]);
-        else
-          V::store(at, acc[p][v]);
-      });
-    });
+    store_accumulators<V>(acc, a);
   }
 };
 
