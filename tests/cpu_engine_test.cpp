@@ -240,13 +240,15 @@ TEST_P(CpuIsa, TapsCoveringPartOfATile) {
   expect_counts(0, 0);
 }
 
-// W taps sharing their dy loads (SharedWTile, AVX-512 fp32 FMA kernels: 3-wide W kernels at W stride 1 and
-// dilation 1, blocks of 1 or 2 vectors): rows of 1 pixel to 2 tiles and more, W pads 0 to 2 (0 to 2 of a
+// W taps sharing their dy loads (SharedWTile, AVX-512 fp32 FMA kernels, blocks of 1 or 2 vectors): W
+// kernels of 3 at stride 1 (phases of 3 taps), 3 at stride 2 (2 and 1), 2 at stride 1 and 4 at stride 2
+// (2 each); rows of 1 pixel to over 2 tiles, W pads from 0 up to the kernel's width less one (up to 3 of a
 // tile's first or last dy pixels outside dy, and rows shorter than a tile), a narrower last block, channels
-// per block one short of whole vectors, channel-first dy read in place with its channel stride, both data
-// formats, D stride 2; exact on small integers, within the bound on random values, the same bits on 1 and 2
-// threads; an infinity at the W borders of dy and in a border tap of the filter, against the reference.
-// The config says where the kernels run: on AVX-512 only, and never over bf16 pairs.
+// per block one short of whole vectors, channel-first dy read in place with its channel stride (the config
+// says so), both data formats, D stride 2; exact on small integers, within the bound on random values, the
+// same bits on 1 and 2 threads; infinities at the W borders of dy and in the first and last W taps of the
+// filter (each reads outside dy at one border), against the reference. The config says where the kernels
+// run: on AVX-512 only.
 TEST_P(CpuIsa, SharedWTapsMatchReference) {
   if (GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16)
     GTEST_SKIP() << "fp32 inputs only: the engines over bf16 pairs do not share W taps";
@@ -257,62 +259,70 @@ TEST_P(CpuIsa, SharedWTapsMatchReference) {
     int nv;
     std::int64_t cin;
   };
-  const Blocks blocks[] = {
-      {1, lanes}, {1, lanes - 1}, {2, 2 * lanes}, {2, 2 * lanes - 1}, {2, 3 * lanes - 1}};
+  const Blocks blocks[] = {{1, lanes}, {1, lanes - 1}, {2, 2 * lanes - 1}, {2, 3 * lanes - 1}};
+  struct Geometry {
+    std::int64_t kw, sw;
+  };
+  const Geometry geometries[] = {{3, 1}, {3, 2}, {2, 1}, {4, 2}};
   int shared = 0;
-  for (const Blocks b : blocks)
-    for (const std::int64_t pad : {0, 1, 2})
-      for (const std::int64_t w : {1, 5, 13, 17, 31})
-        for (Layout fmt : kDataFormats) {
-          if (w + 2 * pad < 3) continue;  // dy would be empty
-          Case c = with_dtype(Case{}, DType::f32);
-          c.data_format = fmt;
-          c.N = 2;
-          c.Cin = b.cin;
-          c.Cout = 17;  // enough per tap for channel-first dy read in place
-          c.in = {3, 2, w};
-          c.stride = {2, 1, 1};
-          c.pad_front = {1, 1, pad};
-          c.pad_back = {0, 1, pad};
-          const Fill fill = w % 2 ? Fill::small_integers : Fill::random;
-          Instance inst = instantiate(c, rng, fill);
-          const Problem p = validate(inst.spec);
-          if (!admit(p)) continue;
-          const cpu::GemmTuning tuning{b.nv};
-          std::string why;
-          auto engine = cpu::make_gemm(named_request(p, 2, GetParam()), GetParam(), tuning, why);
-          ASSERT_TRUE(engine) << why;
-          const bool shares = engine->config().find("sharing dy loads") != std::string::npos;
-          EXPECT_EQ(shares, offered) << c.name() << ": " << engine->config();
-          shared += shares;
-          run_gemm(p, inst, GetParam(), tuning, 1);
-          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
-          if (fill == Fill::small_integers) {
-            ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+  for (const Geometry g : geometries)
+    for (const Blocks b : blocks)
+      for (std::int64_t pad = 0; pad < g.kw; ++pad)
+        for (const std::int64_t w : {1, 5, 16, 31})
+          for (Layout fmt : kDataFormats) {
+            if (w + 2 * pad < g.kw) continue;  // dy would be empty
+            Case c = with_dtype(Case{}, DType::f32);
+            c.data_format = fmt;
+            c.N = 2;
+            c.Cin = b.cin;
+            c.Cout = 17;  // enough per tap for channel-first dy read in place
+            c.in = {3, 2, w};
+            c.kernel = {3, 3, g.kw};
+            c.stride = {2, 1, g.sw};
+            c.pad_front = {1, 1, pad};
+            c.pad_back = {0, 1, pad};
+            const Fill fill = (w + pad) % 2 ? Fill::small_integers : Fill::random;
+            Instance inst = instantiate(c, rng, fill);
+            const Problem p = validate(inst.spec);
+            if (!admit(p)) continue;
+            const cpu::GemmTuning tuning{b.nv};
+            std::string why;
+            auto engine = cpu::make_gemm(named_request(p, 2, GetParam()), GetParam(), tuning, why);
+            ASSERT_TRUE(engine) << why;
+            const bool shares = engine->config().find("sharing dy loads") != std::string::npos;
+            EXPECT_EQ(shares, offered) << c.name() << ": " << engine->config();
+            if (fmt == Layout::NCDHW) {
+              EXPECT_NE(engine->config().find("dy in place"), std::string::npos) << engine->config();
+            }
+            shared += shares;
+            run_gemm(p, inst, GetParam(), tuning, 1);
+            ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+            if (fill == Fill::small_integers) {
+              ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+            }
+            const Tensor one_thread = inst.y;
+            fill_canary(inst.y);
+            run_gemm(p, inst, GetParam(), tuning, 2);
+            EXPECT_TRUE(same_bits(one_thread, inst.y)) << c.name();
+            // Infinities in dy's first and last pixel of a row (dy has one plane: D stride 2), and in the
+            // filter's first and last W taps of one channel pair at kd = 1 (kd = 0 reaches no y plane).
+            const auto at = [](const std::array<std::int64_t, 5>& strides, std::array<std::int64_t, 5> i) {
+              std::int64_t o = 0;
+              for (std::size_t a = 0; a < 5; ++a) o += i[a] * strides[a];
+              return o;
+            };
+            ASSERT_EQ(p.dy_size[0], 1);
+            float* dy = static_cast<float*>(inst.dy.view.data);
+            float* filter = static_cast<float*>(inst.filter.view.data);
+            const float inf = std::numeric_limits<float>::infinity();
+            dy[at(p.dy_strides, {1, 3, 0, 1, 0})] = inf;
+            dy[at(p.dy_strides, {0, 5, 0, 0, p.dy_size[2] - 1})] = -inf;
+            filter[at(p.filter_strides, {2, 0, 1, 1, 0})] = inf;
+            filter[at(p.filter_strides, {4, b.cin - 1, 1, 2, g.kw - 1})] = -inf;
+            fill_canary(inst.y);
+            run_gemm(p, inst, GetParam(), tuning, 2);
+            EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", with infinities";
           }
-          const Tensor one_thread = inst.y;
-          fill_canary(inst.y);
-          run_gemm(p, inst, GetParam(), tuning, 2);
-          EXPECT_TRUE(same_bits(one_thread, inst.y)) << c.name();
-          // Infinities in dy's first and last pixel of a row, and in the filter's kw = 0 and kw = 2 taps of
-          // one channel pair: the terms outside dy must not meet them as 0 x inf.
-          const auto at = [](const std::array<std::int64_t, 5>& strides, std::array<std::int64_t, 5> i) {
-            std::int64_t o = 0;
-            for (int a = 0; a < 5; ++a)
-              o += i[static_cast<std::size_t>(a)] * strides[static_cast<std::size_t>(a)];
-            return o;
-          };
-          float* dy = static_cast<float*>(inst.dy.view.data);
-          float* filter = static_cast<float*>(inst.filter.view.data);
-          const std::int64_t last = p.dy_size[2] - 1;
-          dy[at(p.dy_strides, {1, 3, 0, 1, 0})] = std::numeric_limits<float>::infinity();
-          dy[at(p.dy_strides, {0, 5, 1, 0, last})] = -std::numeric_limits<float>::infinity();
-          filter[at(p.filter_strides, {2, 0, 1, 1, 0})] = std::numeric_limits<float>::infinity();
-          filter[at(p.filter_strides, {4, b.cin - 1, 0, 2, 2})] = -std::numeric_limits<float>::infinity();
-          fill_canary(inst.y);
-          run_gemm(p, inst, GetParam(), tuning, 2);
-          EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", with infinities";
-        }
   EXPECT_EQ(shared > 0, offered);
   expect_counts(0, 0);
 }
@@ -578,16 +588,17 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
   for (DType t : {DType::f32, DType::bf16})
     for (Layout fmt : kDataFormats)
       for (std::int64_t s : {1, 2, 3})  // 3: D strides past the kernel, leaving y planes no tap reaches
-        for (std::int64_t cin : {21, 70, 80}) {
+        for (std::int64_t cin : {21, 32, 70, 80}) {
           Case c = with_dtype(Case{}, t);
           c.data_format = fmt;
           c.N = 2;  // 10 planes: groups of 3 leave a remainder
-          // 21: one narrow block; 70: full blocks too, which an fp32 channel-last y accumulates in place
-          // (padded views: at any alignment), also from bf16 inputs; 80: a full block narrower than the
-          // others (AVX-512: 64 + 16), whose tiles are wider.
+          // 21: one narrow block; 32 (fp32 y): one full block of 2 vectors (AVX-512: tiles sharing W
+          // taps, accumulated in place in a channel-last y); 70: full blocks too, which an fp32
+          // channel-last y accumulates in place (padded views: at any alignment), also from bf16 inputs;
+          // 80: a full block narrower than the others (AVX-512: 64 + 16), whose tiles are wider.
           c.Cin = cin;
           c.strided_views = cin == 70;
-          if (cin == 70) c.y_dtype = DType::f32;
+          if (cin == 70 || cin == 32) c.y_dtype = DType::f32;
           c.Cout = 4;  // short sums: random data stays within the reference tolerance
           c.in = {5, 6, 13};
           c.kernel = {2, 2, 3};
@@ -611,12 +622,18 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
                   << c.name() << ", tap groups of " << dh_group << ", " << planes << " planes per task";
               EXPECT_TRUE(padding_intact(inst.y)) << c.name();
             }
-          // Fused W taps sum in the same order as separate ones.
+          // Fused W taps sum in the same order as separate ones (single-tap tiles: not sharing W taps).
+          cpu::GemmTuning fused{0, 0, 0, 0};
+          fused.share_w = false;
+          run_gemm(p, inst, GetParam(), fused);
+          const Tensor fused_y = inst.y;
           fill_canary(inst.y);
-          run_gemm(p, inst, GetParam(), {0, 0, 0, 0, false});
-          EXPECT_TRUE(same_bits(rows, inst.y)) << c.name() << ", W taps not fused";
+          cpu::GemmTuning separate = fused;
+          separate.fuse_w = false;
+          run_gemm(p, inst, GetParam(), separate);
+          EXPECT_TRUE(same_bits(fused_y, inst.y)) << c.name() << ", W taps not fused";
         }
-  expect_counts(18, 18);  // fp32: 2 data formats x 3 strides x 3 channel counts
+  expect_counts(24, 24);  // fp32: 2 data formats x 3 strides x 4 channel counts
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, CpuIsa, ::testing::ValuesIn(kFastIsas),

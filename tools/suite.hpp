@@ -59,6 +59,7 @@ inline std::vector<Shape> extra_suite() {
       {"dilated2", 1, 64, {8, 32, 32}, 64, cube(3), cube(1), cube(2), cube(2), 1},
       {"k4s2", 1, 64, {16, 32, 32}, 128, cube(4), cube(2), cube(1), cube(1), 1},
       {"down_s2", 1, 64, {32, 64, 64}, 128, cube(3), cube(2), cube(1), cube(1), 1},
+      {"down16_s2", 1, 16, {32, 64, 64}, 32, cube(3), cube(2), cube(1), cube(1), 1},
       {"n2c96", 2, 96, {8, 24, 24}, 96, cube(3), cube(1), cube(1), cube(1), 1},
   };
 }

@@ -99,21 +99,28 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   for (const AxisPhase& ph : w_axis.phases)
     for (std::size_t t = 1; t < ph.taps.size(); ++t)
       if (ph.taps[t - 1].off != ph.taps[t].off + 1) c.fuse_w = false;
-  // The fp32 FMA tiles share dy loads between a (kd, kh) pair's W taps where every W phase with taps has as
-  // many as the kernels take, one dy pixel apart, and the blocks are as narrow as the kernels (a pair's taps
-  // need not fuse: each tap's channels are read with their own stride).
-  bool shared_w_taps = ks.shared_w_taps > 0;
+  // The fp32 FMA tiles share dy loads between a (kd, kh) pair's W taps where some W phase has more than one
+  // tap, every phase's taps are one dy pixel apart and the kernel set has tiles for each phase's tap count
+  // and the block widths (a pair's taps need not fuse: each tap's channels are read with their own stride).
+  // Tiles are then as wide as the narrowest of those allows.
+  bool shared_w_taps = !c.bf16;
+  std::size_t most_w_taps = 0;
   for (const AxisPhase& ph : w_axis.phases) {
-    if (ph.taps.empty()) continue;
-    if (static_cast<int>(ph.taps.size()) != ks.shared_w_taps) shared_w_taps = false;
-    for (std::size_t t = 1; t < ph.taps.size(); ++t)
+    const std::size_t nt = ph.taps.size();
+    if (nt == 0) continue;
+    most_w_taps = std::max(most_w_taps, nt);
+    for (std::size_t t = 1; t < nt; ++t)
       if (ph.taps[t - 1].off != ph.taps[t].off + 1) shared_w_taps = false;
+    for (int v = 1; v <= c.nv && shared_w_taps; ++v)
+      if (nt > kMaxSharedWTaps || ks.shared_w_max_m[nt][v] == 0) shared_w_taps = false;
   }
-  c.share_w = tuning.share_w && !c.bf16 && shared_w_taps;
-  for (int v = 1; v <= c.nv; ++v) c.share_w = c.share_w && ks.shared_w_max_m[v] > 0;
+  c.share_w = tuning.share_w && shared_w_taps && most_w_taps > 1;
   if (c.share_w)
-    for (int v = 1; v <= c.nv; ++v)
-      c.max_m[v] = tuning.max_m > 0 ? std::min(tuning.max_m, ks.shared_w_max_m[v]) : ks.shared_w_max_m[v];
+    for (int v = 1; v <= c.nv; ++v) {
+      c.max_m[v] = tuning.max_m > 0 ? tuning.max_m : kMaxM;
+      for (const AxisPhase& ph : w_axis.phases)
+        if (!ph.taps.empty()) c.max_m[v] = std::min(c.max_m[v], ks.shared_w_max_m[ph.taps.size()][v]);
+    }
   // AMX tiles read every tap's dy pixels for the whole tile, in or out of dy: the converted rows get zero
   // pixels on both sides as far as any phase's taps reach (taps run from the largest offset, front, to the
   // smallest, back).

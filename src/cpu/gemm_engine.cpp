@@ -888,9 +888,7 @@ class GemmEngine final : public EngineImpl {
     float* tile = static_cast<float*>(align64(scratch.tile.data()));
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
                        steps = bf16_ ? kpad_ / 2 : kpad_;
-    const TileFn* fns = amx               ? amx_kernels().tile[b.nv]
-                        : config_.share_w ? ks_.f32_shared_w[b.nv]
-                                          : fns_nv[b.nv];
+    const TileFn* const fns = amx ? amx_kernels().tile[b.nv] : fns_nv[b.nv];
     // AMX tiles of a phase are of one width (the last may be narrower), as few as kAmxMaxM allows: a tile
     // costs the same for any number of pixels up to 16 per row tile, and a change of width reloads the tile
     // configuration (~300 cycles). The other kernels share a phase's pixels out evenly.
@@ -951,6 +949,9 @@ class GemmEngine final : public EngineImpl {
               continue;
             }
             const std::int64_t nblk = ceil_div(PW.count, max_m);
+            // Shared W taps: the phase's tiles by its tap count; a tile reads m + nt - 1 dy pixels.
+            const std::int64_t nt = static_cast<std::int64_t>(PW.taps.size());
+            const TileFn* const phase_fns = config_.share_w && nt > 0 ? ks_.f32_shared_w[nt][b.nv] : fns;
             // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap, or the m +
             // taps - 1 dy pixels of shared taps) has the tap list of the previous such tile shifted by the
             // pixels between them: reuse it.
@@ -966,7 +967,7 @@ class GemmEngine final : public EngineImpl {
               if (inside && built_inside) {
                 for (std::int64_t i = 0; i < ntaps; ++i) {
                   taps[i].dy_off += (j0 - built_j0) * dy_w_;
-                  taps[i].hi = static_cast<std::int32_t>(config_.share_w ? m + ks_.shared_w_taps - 1 : m);
+                  taps[i].hi = static_cast<std::int32_t>(config_.share_w ? m + nt - 1 : m);
                 }
                 built_j0 = j0;
               } else {
@@ -978,22 +979,24 @@ class GemmEngine final : public EngineImpl {
               const std::int64_t iw0 = PW.first + W.stride * j0;
               if (plane_direct) {
                 if (ntaps > 0)
-                  fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps,
-                                  static_cast<float*>(y) + y_at(n, c0, id, ih, iw0),
-                                  W.stride * p_.y_strides[4], written[row_tile + k] != 0});
+                  phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps,
+                                        static_cast<float*>(y) + y_at(n, c0, id, ih, iw0),
+                                        W.stride * p_.y_strides[4], written[row_tile + k] != 0});
                 written[row_tile + k] |= static_cast<unsigned char>(ntaps > 0);
               } else if (config_.plane_mode) {
                 if (ntaps > 0)
-                  fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
+                  phase_fns[m](
+                      TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
               } else if (config_.staged) {
-                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
+                phase_fns[m](
+                    TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
               } else if (y_direct) {
                 float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
                 const bool uncached = config_.uncached_y && reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
-                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, y_step, false, uncached});
+                phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, y_step, false, uncached});
                 stored_uncached |= uncached;
               } else {
-                fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
+                phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
                 store_tile(tile, m, cbw, valid, n, c0, id, ih, iw0, W.stride, y);
               }
             }

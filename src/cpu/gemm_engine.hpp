@@ -57,8 +57,8 @@ struct GemmConfig {
   bool direct_dy = false;
   bool fuse_w = false;  // the W taps of a phase form one reduction (dy pixels and their taps line up)
   // fp32 FMA tiles take a (kd, kh) pair's W taps together, each dy value loaded once for the taps of
-  // several pixels (SharedWTile): every W phase with taps has KernelSet::shared_w_taps of them, one dy pixel
-  // apart, and the blocks are narrow enough for those kernels. Tiles then up to shared_w_max_m pixels.
+  // several pixels (SharedWTile, KernelSet::f32_shared_w by the phase's tap count): some W phase has more
+  // than one tap, every phase's taps are one dy pixel apart, and the kernel set has tiles for them.
   bool share_w = false;
   // A task is a whole y plane with the taps walked in groups of dh_group (kd, kh) pairs, so a channel
   // block's filter too large for L2 is reused across the plane; otherwise a task is one y row.

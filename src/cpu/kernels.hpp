@@ -104,6 +104,7 @@ inline constexpr int kMaxStreamRows = 24;
 
 inline constexpr int kMaxNv = 4;
 inline constexpr int kMaxM = 14;
+inline constexpr int kMaxSharedWTaps = 3;
 
 struct KernelSet {
   int lanes = 0;                            // fp32 lanes per vector
@@ -113,12 +114,11 @@ struct KernelSet {
   // The same operands (bf16 pairs of dy and filter) widened to fp32 and summed by FMAs: exact where
   // vdpbf16ps flushes denormal inputs, products or sums (see tiny_bf16 in support.hpp).
   TileFn bf16_exact[kMaxNv + 1][kMaxM + 1] = {};
-  // fp32 row tiles over (kd, kh) pairs of shared_w_taps W taps one dy pixel apart (SharedWTile in
-  // tile_kernel.hpp); shared_w_max_m[NV] is 0 where the ISA has none for NV.
-  int shared_w_taps = 0;
-  int shared_w_max_m[kMaxNv + 1] = {};
-  TileFn f32_shared_w[kMaxNv + 1][kMaxM + 1] = {};  // [NV][M]
-  int pix_budget = 0;                               // registers of a pixel tile (pix_rows)
+  // fp32 row tiles over (kd, kh) pairs of NT W taps one dy pixel apart (SharedWTile in tile_kernel.hpp);
+  // shared_w_max_m[NT][NV] is 0 where the ISA has none.
+  int shared_w_max_m[kMaxSharedWTaps + 1][kMaxNv + 1] = {};
+  TileFn f32_shared_w[kMaxSharedWTaps + 1][kMaxNv + 1][kMaxM + 1] = {};  // [NT][NV][M]
+  int pix_budget = 0;  // registers of a pixel tile (pix_rows)
   // A pixel tile's taps that cover part of its vectors cost a blend per FMA (AVX2, no mask registers): the
   // pixel engine gives converted fp32 dy halos so that they read whole vectors instead.
   bool pix_masks_cost = false;

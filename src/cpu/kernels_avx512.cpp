@@ -583,14 +583,16 @@ const KernelSet& avx512_kernels() {
     fill_tiles<V, F32Step<V>, 2, 14>(s.f32);
     fill_tiles<V, F32Step<V>, 3, 9>(s.f32);
     fill_tiles<V, F32Step<V>, 4, 6>(s.f32);
-    // A dy load per FMA (NV = 1) or per two (NV = 2) is what sharing the loads of three W taps lifts; wider
-    // blocks already load less than one vector per two FMAs. Ice Lake Xeon, one thread, data in L1, 16
-    // channels per tap: 13 x 1 tiles at 88 GFLOP/s single-tap, 173 shared (of 176); 13 x 2 140 -> 10 x 2 170.
-    s.shared_w_taps = 3;
-    s.shared_w_max_m[1] = 14;
-    s.shared_w_max_m[2] = 10;
-    fill_shared_w_tiles<V, 1, 3, 14>(s.f32_shared_w);
-    fill_shared_w_tiles<V, 2, 3, 10>(s.f32_shared_w);
+    // A dy load per FMA (NV = 1) or per two (NV = 2) is what sharing the loads of a phase's W taps lifts;
+    // wider blocks already load less than one vector per two FMAs. Ice Lake Xeon, one thread, data in L1,
+    // 16 channels per tap: 13 x 1 tiles at 88 GFLOP/s single-tap, 173 sharing three taps (of 176); 13 x 2
+    // 140 -> 10 x 2 170. One tap: the single-tap tiles' sums, for phases beside those with more.
+    fill_shared_w_tiles<V, 1, 1, 14>(s);
+    fill_shared_w_tiles<V, 1, 2, 14>(s);
+    fill_shared_w_tiles<V, 2, 1, 14>(s);
+    fill_shared_w_tiles<V, 2, 2, 10>(s);
+    fill_shared_w_tiles<V, 3, 1, 14>(s);
+    fill_shared_w_tiles<V, 3, 2, 10>(s);
     fill_tiles<V, Bf16Step, 1, 14>(s.bf16);
     fill_tiles<V, Bf16Step, 2, 14>(s.bf16);
     fill_tiles<V, Bf16Step, 3, 9>(s.bf16);

@@ -257,10 +257,11 @@ struct SharedWTile {
   }
 };
 
-// Fills table[NV][M] for M in 1..MaxM with SharedWTile<V, M, NV, NT>::kernel.
-template <class V, int NV, int NT, int MaxM>
-void fill_shared_w_tiles(TileFn (&table)[kMaxNv + 1][kMaxM + 1]) {
-  static_for<1, MaxM + 1>([&](auto m) { table[NV][m] = &SharedWTile<V, m, NV, NT>::kernel; });
+// Fills s.f32_shared_w[NT][NV][M] for M in 1..MaxM with SharedWTile<V, M, NV, NT>::kernel.
+template <class V, int NT, int NV, int MaxM>
+void fill_shared_w_tiles(KernelSet& s) {
+  s.shared_w_max_m[NT][NV] = MaxM;
+  static_for<1, MaxM + 1>([&](auto m) { s.f32_shared_w[NT][NV][m] = &SharedWTile<V, m, NV, NT>::kernel; });
 }
 
 // Fills table[NV][M] for M in 1..MaxM with Tile<V, S, M, NV>::kernel.
