@@ -242,13 +242,13 @@ TEST_P(CpuIsa, TapsCoveringPartOfATile) {
 
 // W taps sharing their dy loads (SharedWTile, AVX-512 fp32 FMA kernels, blocks of 1 or 2 vectors): W
 // kernels of 3 at stride 1 (phases of 3 taps), 3 at stride 2 (2 and 1), 2 at stride 1 and 4 at stride 2
-// (2 each); rows of 1 pixel to over 2 tiles, W pads from 0 up to the kernel's width less one (up to 3 of a
-// tile's first or last dy pixels outside dy, and rows shorter than a tile), a narrower last block, channels
-// per block one short of whole vectors, channel-first dy read in place with its channel stride (the config
-// says so), both data formats, D stride 2; exact on small integers, within the bound on random values, the
-// same bits on 1 and 2 threads; infinities at the W borders of dy and in the first and last W taps of the
-// filter (each reads outside dy at one border), against the reference. The config says where the kernels
-// run: on AVX-512 only.
+// (2 each), 3 at stride 2 and dilation 2 (3 and none); row and plane tasks; rows of 1 pixel to over 2 tiles,
+// W pads from 0 up to the kernel's width less one (up to 3 of a tile's first or last dy pixels outside dy,
+// and rows shorter than a tile), a narrower last block, channels per block one short of whole vectors,
+// channel-first dy read in place with its channel stride (the config says so), both data formats, D stride 2;
+// exact on small integers, within the bound on random values, the same bits on 1 and 2 threads; infinities at
+// the W borders of dy and in the first and last W taps of the filter (each reads outside dy at one border),
+// against the reference. The config says where the kernels run: on AVX-512 only.
 TEST_P(CpuIsa, SharedWTapsMatchReference) {
   if (GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16)
     GTEST_SKIP() << "fp32 inputs only: the engines over bf16 pairs do not share W taps";
@@ -261,16 +261,17 @@ TEST_P(CpuIsa, SharedWTapsMatchReference) {
   };
   const Blocks blocks[] = {{1, lanes}, {1, lanes - 1}, {2, 2 * lanes - 1}, {2, 3 * lanes - 1}};
   struct Geometry {
-    std::int64_t kw, sw;
+    std::int64_t kw, sw, dw;
   };
-  const Geometry geometries[] = {{3, 1}, {3, 2}, {2, 1}, {4, 2}};
+  // The last: W phases of 3 taps and of none (dilation equal to the stride).
+  const Geometry geometries[] = {{3, 1, 1}, {3, 2, 1}, {2, 1, 1}, {4, 2, 1}, {3, 2, 2}};
   int shared = 0;
   for (const Geometry g : geometries)
     for (const Blocks b : blocks)
       for (std::int64_t pad = 0; pad < g.kw; ++pad)
         for (const std::int64_t w : {1, 5, 16, 31})
           for (Layout fmt : kDataFormats) {
-            if (w + 2 * pad < g.kw) continue;  // dy would be empty
+            if (w + 2 * pad < (g.kw - 1) * g.dw + 1) continue;  // dy would be empty
             Case c = with_dtype(Case{}, DType::f32);
             c.data_format = fmt;
             c.N = 2;
@@ -279,6 +280,7 @@ TEST_P(CpuIsa, SharedWTapsMatchReference) {
             c.in = {3, 2, w};
             c.kernel = {3, 3, g.kw};
             c.stride = {2, 1, g.sw};
+            c.dilation = {1, 1, g.dw};
             c.pad_front = {1, 1, pad};
             c.pad_back = {0, 1, pad};
             const Fill fill = (w + pad) % 2 ? Fill::small_integers : Fill::random;
@@ -304,8 +306,14 @@ TEST_P(CpuIsa, SharedWTapsMatchReference) {
             fill_canary(inst.y);
             run_gemm(p, inst, GetParam(), tuning, 2);
             EXPECT_TRUE(same_bits(one_thread, inst.y)) << c.name();
+            cpu::GemmTuning planes = tuning;  // plane tasks (W phases with no taps stay zero there too)
+            planes.plane = 1;
+            fill_canary(inst.y);
+            run_gemm(p, inst, GetParam(), planes, 2);
+            EXPECT_TRUE(same_bits(one_thread, inst.y)) << c.name() << ", plane tasks";
             // Infinities in dy's first and last pixel of a row (dy has one plane: D stride 2), and in the
-            // filter's first and last W taps of one channel pair at kd = 1 (kd = 0 reaches no y plane).
+            // filter's first and last W taps of one channel pair at kd = 1 (kd = 0 reaches no y plane;
+            // in rows of one pixel at W stride 2 these W taps reach none either).
             const auto at = [](const std::array<std::int64_t, 5>& strides, std::array<std::int64_t, 5> i) {
               std::int64_t o = 0;
               for (std::size_t a = 0; a < 5; ++a) o += i[a] * strides[a];
@@ -625,7 +633,9 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
           // Fused W taps sum in the same order as separate ones (single-tap tiles: not sharing W taps).
           cpu::GemmTuning fused{0, 0, 0, 0};
           fused.share_w = false;
+          fill_canary(inst.y);
           run_gemm(p, inst, GetParam(), fused);
+          ASSERT_TRUE(matches_reference(p, inst)) << c.name() << ", single-tap tiles";
           const Tensor fused_y = inst.y;
           fill_canary(inst.y);
           cpu::GemmTuning separate = fused;

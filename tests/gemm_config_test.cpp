@@ -185,6 +185,61 @@ TEST_F(GemmConfigTest, WTapsFuseOnlyWhenTheirDyPixelsAreConsecutive) {
   EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2, off).fuse_w);
 }
 
+// fp32 AVX-512 tiles of 1- and 2-vector blocks share a (kd, kh) pair's W taps where some W phase has 2 or 3
+// taps and every phase's taps are one dy pixel apart, with tiles as wide as the narrowest table allows; not
+// with 4 taps in a phase, one tap everywhere, taps two pixels apart, 3-vector blocks, bf16 pairs, AVX2, or
+// when tuned off.
+TEST_F(GemmConfigTest, WTapsShareDyLoadsWhereTheTilesExist) {
+  Case c;
+  c.Cin = c.Cout = 32;
+  c.kernel = {1, 1, 3};
+  const CpuModel cpu = host_cpu_model();
+  const auto config = [&](const Case& k, Isa isa = Isa::avx512, const cpu::GemmTuning& t = {}) {
+    return cpu::gemm_config(problem_of(k), cpu, isa, 2, t);
+  };
+  const auto shared = config(c);
+  EXPECT_TRUE(shared.share_w) << shared.describe();
+  EXPECT_EQ(shared.nv, 2);
+  EXPECT_EQ(shared.max_m[1], 14);
+  EXPECT_EQ(shared.max_m[2], 10);
+  EXPECT_NE(shared.describe().find("W taps sharing dy loads"), std::string::npos);
+  const auto taps = [&](std::int64_t kw, std::int64_t sw, std::int64_t dw) {
+    Case k = c;
+    k.kernel = {1, 1, kw};
+    k.stride = {1, 1, sw};
+    k.dilation = {1, 1, dw};
+    k.in = {5, 5, 15};
+    return config(k).share_w;
+  };
+  EXPECT_TRUE(taps(2, 1, 1));   // one phase of 2
+  EXPECT_TRUE(taps(3, 2, 1));   // phases of 2 and 1
+  EXPECT_TRUE(taps(4, 2, 1));   // 2 and 2
+  EXPECT_TRUE(taps(3, 2, 2));   // 3 and none: dilation equal to the stride
+  EXPECT_FALSE(taps(7, 2, 1));  // 4 and 3
+  EXPECT_FALSE(taps(5, 1, 1));  // 5
+  EXPECT_FALSE(taps(3, 3, 1));  // 1 each: nothing to share
+  EXPECT_FALSE(taps(1, 1, 1));
+  EXPECT_FALSE(taps(3, 1, 2));  // two dy pixels apart
+  Case wide = c;
+  wide.Cin = 48;  // 3 vectors
+  EXPECT_FALSE(config(wide).share_w);
+  cpu::GemmTuning two;
+  two.nv = 2;
+  EXPECT_TRUE(config(wide, Isa::avx512, two).share_w);  // blocks of 2 + 1
+  cpu::GemmTuning off;
+  off.share_w = false;
+  EXPECT_FALSE(config(c, Isa::avx512, off).share_w);
+  EXPECT_EQ(config(c, Isa::avx512, off).max_m[2], 14);
+  Case pairs = with_dtype(c, DType::bf16);
+  if (cpu_supports(Isa::avx512_bf16)) {
+    EXPECT_FALSE(config(pairs, Isa::avx512_bf16).share_w);
+  }
+  EXPECT_TRUE(config(pairs).share_w);  // bf16 widened to fp32
+  if (cpu_supports(Isa::avx2)) {
+    EXPECT_FALSE(config(c, Isa::avx2).share_w);
+  }
+}
+
 // Row tiles store y uncached only where they write it directly (fp32, contiguous channels), its pixels are
 // whole 64-byte lines and y is over twice the threads' L2 together.
 TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
