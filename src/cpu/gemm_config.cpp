@@ -95,32 +95,29 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // reduction when consecutive taps are one dy pixel apart (dilation divides stride) and a pixel's
   // reduction channels are followed by the next pixel's.
   const bool pixels_follow = !c.direct_dy || (s[4] == kpad && (c.bf16 || s[1] == 1));
-  c.fuse_w = tuning.fuse_w && pixels_follow;
-  for (const AxisPhase& ph : w_axis.phases)
-    for (std::size_t t = 1; t < ph.taps.size(); ++t)
-      if (ph.taps[t - 1].off != ph.taps[t].off + 1) c.fuse_w = false;
-  // The fp32 FMA tiles share dy loads between a (kd, kh) pair's W taps where some W phase has more than one
-  // tap, every phase's taps are one dy pixel apart and the kernel set has tiles for each phase's tap count
-  // and the block widths (a pair's taps need not fuse: each tap's channels are read with their own stride).
-  // Tiles are then as wide as the narrowest of those allows.
-  bool shared_w_taps = !c.bf16;
+  bool w_taps_adjacent = true;
   std::size_t most_w_taps = 0;
   for (const AxisPhase& ph : w_axis.phases) {
-    const std::size_t nt = ph.taps.size();
-    if (nt == 0) continue;
-    most_w_taps = std::max(most_w_taps, nt);
-    for (std::size_t t = 1; t < nt; ++t)
-      if (ph.taps[t - 1].off != ph.taps[t].off + 1) shared_w_taps = false;
-    for (int v = 1; v <= c.nv && shared_w_taps; ++v)
-      if (nt > kMaxSharedWTaps || ks.shared_w_max_m[nt][v] == 0) shared_w_taps = false;
+    most_w_taps = std::max(most_w_taps, ph.taps.size());
+    for (std::size_t t = 1; t < ph.taps.size(); ++t)
+      if (ph.taps[t - 1].off != ph.taps[t].off + 1) w_taps_adjacent = false;
   }
-  c.share_w = tuning.share_w && shared_w_taps && most_w_taps > 1;
-  if (c.share_w)
-    for (int v = 1; v <= c.nv; ++v) {
-      c.max_m[v] = tuning.max_m > 0 ? tuning.max_m : kMaxM;
-      for (const AxisPhase& ph : w_axis.phases)
-        if (!ph.taps.empty()) c.max_m[v] = std::min(c.max_m[v], ks.shared_w_max_m[ph.taps.size()][v]);
-    }
+  c.fuse_w = tuning.fuse_w && pixels_follow && w_taps_adjacent;
+  // The fp32 FMA tiles share dy loads between a (kd, kh) pair's W taps where the taps are one dy pixel apart
+  // and the kernel set has shared tiles for the tap count of every phase with more than one and for the
+  // block widths (a pair's taps need not fuse: each tap's channels are read with their own stride); phases
+  // of one tap keep the single-tap tiles. Tiles are then as wide as the narrowest of those allows.
+  bool share = tuning.share_w && !c.bf16 && w_taps_adjacent && most_w_taps > 1 &&
+               most_w_taps <= static_cast<std::size_t>(kMaxSharedWTaps);
+  int shared_m[kMaxNv + 1] = {};
+  for (int v = 1; v <= c.nv && share; ++v) {
+    shared_m[v] = c.max_m[v];
+    for (const AxisPhase& ph : w_axis.phases)
+      if (ph.taps.size() > 1) shared_m[v] = std::min(shared_m[v], ks.shared_w_max_m[ph.taps.size()][v]);
+    share = shared_m[v] > 0;  // 0: no shared tiles of that width
+  }
+  c.share_w = share;
+  if (share) std::copy(shared_m + 1, shared_m + c.nv + 1, c.max_m + 1);
   // AMX tiles read every tap's dy pixels for the whole tile, in or out of dy: the converted rows get zero
   // pixels on both sides as far as any phase's taps reach (taps run from the largest offset, front, to the
   // smallest, back).

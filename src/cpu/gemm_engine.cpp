@@ -949,9 +949,11 @@ class GemmEngine final : public EngineImpl {
               continue;
             }
             const std::int64_t nblk = ceil_div(PW.count, max_m);
-            // Shared W taps: the phase's tiles by its tap count; a tile reads m + nt - 1 dy pixels.
+            // Shared W taps (phases of more than one): the phase's tiles by its tap count; a tile reads m +
+            // nt - 1 dy pixels.
             const std::int64_t nt = static_cast<std::int64_t>(PW.taps.size());
-            const TileFn* const phase_fns = config_.share_w && nt > 0 ? ks_.f32_shared_w[nt][b.nv] : fns;
+            const bool shared = config_.share_w && nt > 1;
+            const TileFn* const phase_fns = shared ? ks_.f32_shared_w[nt][b.nv] : fns;
             // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap, or the m +
             // taps - 1 dy pixels of shared taps) has the tap list of the previous such tile shifted by the
             // pixels between them: reuse it.
@@ -967,7 +969,7 @@ class GemmEngine final : public EngineImpl {
               if (inside && built_inside) {
                 for (std::int64_t i = 0; i < ntaps; ++i) {
                   taps[i].dy_off += (j0 - built_j0) * dy_w_;
-                  taps[i].hi = static_cast<std::int32_t>(config_.share_w ? m + nt - 1 : m);
+                  taps[i].hi = static_cast<std::int32_t>(shared ? m + nt - 1 : m);
                 }
                 built_j0 = j0;
               } else {
@@ -1160,11 +1162,12 @@ class GemmEngine final : public EngineImpl {
         if (dh < dh_begin || dh >= dh_end || !H.valid(th, jh)) continue;
         const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
         const std::int64_t off_dh = (jd + td.off) * dy_d_ + (jh + th.off) * dy_h_;
-        // W taps in packed order (decreasing k = increasing dy offset). Shared (SharedWTile): one entry for
-        // them all from the tile's first dy pixel, with the range of its dy pixels inside dy's row.
+        // W taps in packed order (decreasing k = increasing dy offset). Shared (SharedWTile, more than one
+        // tap): one entry for them all from the tile's first dy pixel, with the range of its dy pixels inside
+        // dy's row.
         const auto& wt = PW.taps;
         const std::int64_t nw = static_cast<std::int64_t>(wt.size());
-        if (config_.share_w && nw > 0) {
+        if (config_.share_w && nw > 1) {
           const std::int64_t q0 = j0 + wt.back().off, nq = m + nw - 1;
           const std::int64_t lo = std::clamp<std::int64_t>(-q0, 0, nq), hi = std::clamp(W.out - q0, lo, nq);
           if (lo < hi)

@@ -114,8 +114,8 @@ struct KernelSet {
   // The same operands (bf16 pairs of dy and filter) widened to fp32 and summed by FMAs: exact where
   // vdpbf16ps flushes denormal inputs, products or sums (see tiny_bf16 in support.hpp).
   TileFn bf16_exact[kMaxNv + 1][kMaxM + 1] = {};
-  // fp32 row tiles over (kd, kh) pairs of NT W taps one dy pixel apart (SharedWTile in tile_kernel.hpp);
-  // shared_w_max_m[NT][NV] is 0 where the ISA has none.
+  // fp32 row tiles over (kd, kh) pairs of NT >= 2 W taps one dy pixel apart (SharedWTile in
+  // tile_kernel.hpp; one tap is the single-tap tiles); shared_w_max_m[NT][NV] is 0 where the ISA has none.
   int shared_w_max_m[kMaxSharedWTaps + 1][kMaxNv + 1] = {};
   TileFn f32_shared_w[kMaxSharedWTaps + 1][kMaxNv + 1][kMaxM + 1] = {};  // [NT][NV][M]
   int pix_budget = 0;  // registers of a pixel tile (pix_rows)

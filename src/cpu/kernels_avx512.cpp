@@ -585,10 +585,8 @@ const KernelSet& avx512_kernels() {
     fill_tiles<V, F32Step<V>, 4, 6>(s.f32);
     // A dy load per FMA (NV = 1) or per two (NV = 2) is what sharing the loads of a phase's W taps lifts;
     // wider blocks already load less than one vector per two FMAs. Ice Lake Xeon, one thread, data in L1,
-    // 16 channels per tap: 13 x 1 tiles at 88 GFLOP/s single-tap, 173 sharing three taps (of 176); 13 x 2
-    // 140 -> 10 x 2 170. One tap: the single-tap tiles' sums, for phases beside those with more.
-    fill_shared_w_tiles<V, 1, 1, 14>(s);
-    fill_shared_w_tiles<V, 1, 2, 14>(s);
+    // 16 channels per tap: 13 x 1 tiles at 80-90 GFLOP/s single-tap, 165-170 sharing three taps (of 176);
+    // 13 x 2 single-tap 140, 10 x 2 sharing three 169-173.
     fill_shared_w_tiles<V, 2, 1, 14>(s);
     fill_shared_w_tiles<V, 2, 2, 10>(s);
     fill_shared_w_tiles<V, 3, 1, 14>(s);

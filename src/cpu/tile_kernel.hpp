@@ -60,8 +60,9 @@ CONV3D_DX_INLINE void peak_loop(std::int64_t rounds, typename V::R x, typename V
 // compiler would keep a pointer per pixel and spill some, moving them back on every step: pixel q is then
 // bases[q / 5] + (q % 5) * ps instead, ps scaled by 1, 2 or 4 or 3 ps, all x86 address forms, so N pixels
 // take ceil(N / 5) bases and two strides in registers; the bases are made opaque each step so that no
-// pointer per pixel is hoisted out of the loop again (Ice Lake Xeon, fp32 13-14 x 2 tiles from L1: 137 ->
-// 154 GFLOP/s). Up to 8 pixels, a pointer each (AVX2 6 x 2 tiles ran at 0.75x the speed with the bases).
+// pointer per pixel is hoisted out of the loop again (Ice Lake Xeon, fp32 single-tap 14 x 2 tiles from L1:
+// 137 -> 152-154 GFLOP/s). Up to 8 pixels, a pointer each (AVX2 6 x 2 tiles ran at 0.75x the speed with the
+// bases).
 template <int N>
 struct PixelAddresses {
   static constexpr int kGroup = N > 8 ? 5 : 1;
@@ -243,10 +244,11 @@ struct SharedWTile {
     load_accumulators<V>(acc, a);
     // Byte addresses from dy's (the first of a tile's dy pixels may lie before dy).
     const std::uintptr_t dy = reinterpret_cast<std::uintptr_t>(a.dy);
-    const std::int64_t ps = a.dy_ps * 4, cs = a.dy_cs * 4;
+    constexpr std::int64_t kBytes = sizeof(float);
+    const std::int64_t ps = a.dy_ps * kBytes, cs = a.dy_cs * kBytes;
     for (std::int64_t t = 0; t < a.ntaps; ++t) {
       const TapRef& tap = a.taps[t];
-      const char* at = reinterpret_cast<const char*>(dy + static_cast<std::uintptr_t>(tap.dy_off * 4));
+      const char* at = reinterpret_cast<const char*>(dy + static_cast<std::uintptr_t>(tap.dy_off * kBytes));
       const char* w = static_cast<const char*>(tap.w);
       if (tap.lo == 0 && tap.hi == kQ)
         run<false>(acc, at, ps, cs, w, tap.k, 0, kQ);
