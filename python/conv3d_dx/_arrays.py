@@ -140,6 +140,10 @@ def mark_written(out: Any) -> None:
         torch.autograd.graph.increment_version(out)
 
 
+# Torch results from this size on ask for transparent huge pages, as numpy arrays do (_core.advise_huge_pages).
+HUGE_PAGE_RESULT_BYTES = 4 << 20
+
+
 def allocate(like: Operand, y_dtype: str, shape: Sequence[int], data_format: str,
              keep_memory_format: bool) -> Any:
     """A new result of `like`'s kind: its element type when y has its dtype, else float32.
@@ -155,8 +159,12 @@ def allocate(like: Operand, y_dtype: str, shape: Sequence[int], data_format: str
     t = like.memory
     if (keep_memory_format and data_format == "NCDHW" and len(shape) == 5 and not t.is_contiguous()
             and t.is_contiguous(memory_format=torch.channels_last_3d)):
-        return torch.empty(shape, dtype=element_type, memory_format=torch.channels_last_3d)
-    return torch.empty(shape, dtype=element_type)
+        result = torch.empty(shape, dtype=element_type, memory_format=torch.channels_last_3d)
+    else:
+        result = torch.empty(shape, dtype=element_type)
+    if result.numel() * result.element_size() >= HUGE_PAGE_RESULT_BYTES:
+        _core.advise_huge_pages(as_core_array(result))
+    return result
 
 
 def as_core_array(value: Any) -> Any:

@@ -24,6 +24,10 @@
 #include <utility>
 #include <vector>
 
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>  // madvise
+#endif
+
 #include "conv3d_dx/conv3d_dx.hpp"
 #include "numeric/numeric.hpp"
 #include "suite.hpp"
@@ -431,6 +435,23 @@ nb::list suite(const std::string& name) {
   return shapes;
 }
 
+// Advises Linux to back the whole 2 MiB units of a new result with transparent huge pages, as numpy does for
+// its own arrays of 4 MiB or more (torch.empty does not). The call that fills the result touches its pages
+// first; with 4 KiB pages each one is a page fault, and on a virtual machine those cost more than the
+// convolution writing them for some shapes (Ice Lake Xeon VM, fp32 channels_last, 2 threads, a 32 MiB y:
+// 33.5 ms against 26.6 advised, 23 ms into an already touched y). Advice only: its failure changes nothing.
+void advise_huge_pages(OutArray result) {
+#ifdef MADV_HUGEPAGE
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<std::uintptr_t>(result.data());
+  const std::uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1);
+  const std::uintptr_t last = (begin + result.nbytes()) & ~(kHuge - 1);
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#else
+  static_cast<void>(result);
+#endif
+}
+
 }  // namespace
 }  // namespace conv3d_dx::python
 
@@ -474,6 +495,7 @@ NB_MODULE(_core, m) {
   m.def("decode", &decode, nb::arg("codes"), nb::arg("values"), nb::arg("dtype"));
   m.def("round_hf32", &round_hf32, nb::arg("values"), nb::arg("rounded"));
   m.def("suite", &suite, nb::arg("name") = "default");
+  m.def("advise_huge_pages", &advise_huge_pages, nb::arg("result"));
   m.def(
       "set_plan_cache_size", [](std::size_t size) { return plan_cache().set_capacity(size); },
       nb::arg("size"));

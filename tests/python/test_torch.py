@@ -3,6 +3,7 @@ torch.compile, gradcheck), the Conv3d swap on a small 3D U-Net block, and torch 
 operator without copies."""
 
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -87,6 +88,39 @@ def test_torch_tensors_without_copies(monkeypatch):
     conv3d_input([2, 4, 7, 8, 6], weight.detach(), sliced, **ARGS)
     assert seen[-1][0] == sliced.data_ptr()
 
+
+
+def vm_flags_at(address):
+    """The VmFlags of the mapping holding `address`, from /proc/self/smaps."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+                    reason="no transparent huge pages (not Linux, or a kernel without them)")
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_large_torch_results_ask_for_huge_pages(channels_last):
+    # 8 MiB of y from a 1 x 1 x 1 kernel; its whole 2 MiB units are advised (VmFlags "hg"), like numpy's.
+    weight = torch.randn([3, 32, 1, 1, 1])
+    grad = torch.randn([1, 3, 16, 64, 64])
+    if channels_last:
+        weight, grad = (t.contiguous(memory_format=torch.channels_last_3d) for t in (weight, grad))
+    got = conv3d_input([1, 32, 16, 64, 64], weight, grad)
+    assert got.numel() * got.element_size() >= conv3d_dx._arrays.HUGE_PAGE_RESULT_BYTES
+    assert got.is_contiguous(memory_format=torch.channels_last_3d) == channels_last
+    unit = 2 << 20
+    first_unit = -(-got.data_ptr() // unit) * unit
+    flags = vm_flags_at(first_unit)
+    assert flags is not None and "hg" in flags, flags
+    torch.testing.assert_close(got, torch.nn.grad.conv3d_input(got.shape, weight, grad), rtol=1e-5, atol=1e-5)
 
 def test_conv3d_input_bad_arguments():
     x_shape, weight, grad = problem()
