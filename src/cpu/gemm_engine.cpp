@@ -96,9 +96,25 @@ class GemmEngine final : public EngineImpl {
     for (const AxisPhase& ph : ax_[2].phases)
       for (auto it = ph.taps.rbegin(); it != ph.taps.rend(); ++it)
         tap_pos_w_[static_cast<std::size_t>(it->k)] = pos++;
+    // The (kd, kh) pairs ranked by (D phase, H phase) class, then (kd, kh): a y row's pairs are all of one
+    // class, so whatever the grouping its sums run over them in (kd, kh) order. Plane mode's tap groups take
+    // each class in turn, config.dh_group pairs at a time, so a row's pairs come in as few groups as the L2
+    // budget allows: one tile call per group that reaches the row (with stride 2 a range of (kd, kh) would
+    // mix classes and hand a row one pair per call: longer calls pay their start-up less often).
     const std::int64_t dh_taps = p.kernel[0] * p.kernel[1];
-    for (std::int64_t dh = 0; dh < dh_taps; dh += config.dh_group)
-      dh_groups_.push_back({dh, std::min(dh + config.dh_group, dh_taps)});
+    dh_rank_.assign(static_cast<std::size_t>(dh_taps), -1);
+    std::int64_t rank = 0;
+    for (const AxisPhase& pd : ax_[0].phases)
+      for (const AxisPhase& ph : ax_[1].phases) {
+        const std::int64_t first = rank;
+        for (const AxisTap& td : pd.taps)
+          for (const AxisTap& th : ph.taps)
+            dh_rank_[static_cast<std::size_t>(td.k * p.kernel[1] + th.k)] = rank++;
+        if (config.plane_mode)
+          for (std::int64_t r = first; r < rank; r += config.dh_group)
+            dh_groups_.push_back({r, std::min(r + config.dh_group, rank)});
+      }
+    if (!config.plane_mode) dh_groups_.push_back({0, rank});  // a row task writes its tiles once
     tiny_blocks_.assign(static_cast<std::size_t>(p.G) * blocks_.size(), 0);
     // A task is a group of y planes (plane mode), one y plane (flat) or one y row, of one channel block.
     const std::int64_t planes = p.N * p.y_size[0];
@@ -1147,7 +1163,8 @@ class GemmEngine final : public EngineImpl {
   }
 
   // The taps of the tile of m pixels from j0 of W phase PW in y row (jd of PD, jh of PH), for the (kd, kh)
-  // pairs in [dh_begin, dh_end): (kd, kh) in order, then W taps in packed order. Returns their number.
+  // pairs ranked in [dh_begin, dh_end) (dh_rank_): (kd, kh) in order, then W taps in packed order. Returns
+  // their number.
   // halo: dy rows have zero pixels beside them (AMX), so every W tap covers all m pixels.
   std::int64_t build_taps(const AxisPhase& PD, const AxisPhase& PH, const AxisPhase& PW, std::int64_t jd,
                           std::int64_t jh, std::int64_t dh_begin, std::int64_t dh_end, std::int64_t j0,
@@ -1158,8 +1175,8 @@ class GemmEngine final : public EngineImpl {
     for (const AxisTap& td : PD.taps) {
       if (!D.valid(td, jd)) continue;
       for (const AxisTap& th : PH.taps) {
-        const std::int64_t dh = td.k * p_.kernel[1] + th.k;
-        if (dh < dh_begin || dh >= dh_end || !H.valid(th, jh)) continue;
+        const std::int64_t rank = dh_rank_[static_cast<std::size_t>(td.k * p_.kernel[1] + th.k)];
+        if (rank < dh_begin || rank >= dh_end || !H.valid(th, jh)) continue;
         const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
         const std::int64_t off_dh = (jd + td.off) * dy_d_ + (jh + th.off) * dy_h_;
         // W taps in packed order (decreasing k = increasing dy offset). Shared (SharedWTile, more than one
@@ -1282,8 +1299,8 @@ class GemmEngine final : public EngineImpl {
   std::int64_t flat_width_ = 0;             // pixels per converted dy row (and per flat row)
   std::vector<std::int64_t> flat_regions_;  // flat planes: first pixel of each (H, W) phase pair's region
   std::int64_t flat_pixels_ = 0;            // flat planes: pixels of all regions
-  std::vector<std::pair<std::int64_t, std::int64_t>>
-      dh_groups_;  // [begin, end) of kd * kH + kh per tap group
+  std::vector<std::int64_t> dh_rank_;       // per kd * kH + kh: its rank (see the constructor)
+  std::vector<std::pair<std::int64_t, std::int64_t>> dh_groups_;  // [begin, end) of ranks per tap group
   Reader dy_reader_, w_reader_;
 };
 
