@@ -20,8 +20,8 @@ std::string GemmConfig::describe() const {
                    : fuse_w ? ", W taps fused"
                             : "");
   if (plane_mode)
-    s += ", tasks of " + std::to_string(planes_per_task) + " planes with tap groups of " +
-         std::to_string(dh_group) + " (kd, kh)";
+    s += ", tasks of " + std::to_string(planes_per_task) + " planes with tap groups of up to " +
+         std::to_string(dh_group) + " (kd, kh) of one (D, H) phase class";
   if (flat) s += ", flat planes (rows padded to " + std::to_string(halo_lo + halo_hi) + " more pixels)";
   if (staged && !plane_mode && !flat) s += ", rows staged";
   if (uncached_y) s += ", y stored uncached (when 64-byte aligned)";

@@ -98,23 +98,24 @@ class GemmEngine final : public EngineImpl {
         tap_pos_w_[static_cast<std::size_t>(it->k)] = pos++;
     // The (kd, kh) pairs ranked by (D phase, H phase) class, then (kd, kh): a y row's pairs are all of one
     // class, so whatever the grouping its sums run over them in (kd, kh) order. Plane mode's tap groups take
-    // each class in turn, config.dh_group pairs at a time, so a row's pairs come in as few groups as the L2
-    // budget allows: one tile call per group that reaches the row (with stride 2 a range of (kd, kh) would
-    // mix classes and hand a row one pair per call: longer calls pay their start-up less often).
+    // each class in turn, config.dh_group pairs at a time, and visit only the rows of their class, so a
+    // row's pairs come in as few tile calls as the L2 budget allows (with stride 2, ranges of kd * kH + kh
+    // would mix classes and split a row's pairs over more calls: longer calls pay their start-up less often).
     const std::int64_t dh_taps = p.kernel[0] * p.kernel[1];
     dh_rank_.assign(static_cast<std::size_t>(dh_taps), -1);
     std::int64_t rank = 0;
-    for (const AxisPhase& pd : ax_[0].phases)
-      for (const AxisPhase& ph : ax_[1].phases) {
+    for (std::size_t rd = 0; rd < ax_[0].phases.size(); ++rd)
+      for (std::size_t rh = 0; rh < ax_[1].phases.size(); ++rh) {
         const std::int64_t first = rank;
-        for (const AxisTap& td : pd.taps)
-          for (const AxisTap& th : ph.taps)
+        for (const AxisTap& td : ax_[0].phases[rd].taps)
+          for (const AxisTap& th : ax_[1].phases[rh].taps)
             dh_rank_[static_cast<std::size_t>(td.k * p.kernel[1] + th.k)] = rank++;
         if (config.plane_mode)
           for (std::int64_t r = first; r < rank; r += config.dh_group)
-            dh_groups_.push_back({r, std::min(r + config.dh_group, rank)});
+            tap_groups_.push_back(
+                {r, std::min(r + config.dh_group, rank), static_cast<int>(rd), static_cast<int>(rh)});
       }
-    if (!config.plane_mode) dh_groups_.push_back({0, rank});  // a row task writes its tiles once
+    if (!config.plane_mode) tap_groups_.push_back({0, rank, -1, -1});  // a row task writes its tiles once
     tiny_blocks_.assign(static_cast<std::size_t>(p.G) * blocks_.size(), 0);
     // A task is a group of y planes (plane mode), one y plane (flat) or one y row, of one channel block.
     const std::int64_t planes = p.N * p.y_size[0];
@@ -939,12 +940,14 @@ class GemmEngine final : public EngineImpl {
       std::fill(tile, tile + (q1 - q0) * plane_floats, 0.0f);
 
     // In plane mode the taps come in groups whose filter fits in L2, each reused across all planes.
-    for (const auto& [dh_begin, dh_end] : dh_groups_) {
+    for (const TapGroup& group : tap_groups_) {
       for (std::int64_t q = q0; q < q1; ++q) {
         const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id);
+        if (group.d_phase >= 0 && D.phase_of(id) != group.d_phase) continue;
         const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
         const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
+          if (group.h_phase >= 0 && H.phase_of(ih) != group.h_phase) continue;
           const std::int64_t jh = H.j_of(ih);
           const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
           float* row = tile + (q - q0) * plane_floats + (ih - ih0) * row_floats;
@@ -991,8 +994,8 @@ class GemmEngine final : public EngineImpl {
               } else {
                 built_inside = inside;
                 built_j0 = j0;
-                ntaps = build_taps(PD, PH, PW, jd, jh, dh_begin, dh_end, j0, m, amx, wblock, tap_bytes, steps,
-                                   taps);
+                ntaps = build_taps(PD, PH, PW, jd, jh, group.begin, group.end, j0, m, amx, wblock, tap_bytes,
+                                   steps, taps);
               }
               const std::int64_t iw0 = PW.first + W.stride * j0;
               if (plane_direct) {
@@ -1300,7 +1303,11 @@ class GemmEngine final : public EngineImpl {
   std::vector<std::int64_t> flat_regions_;  // flat planes: first pixel of each (H, W) phase pair's region
   std::int64_t flat_pixels_ = 0;            // flat planes: pixels of all regions
   std::vector<std::int64_t> dh_rank_;       // per kd * kH + kh: its rank (see the constructor)
-  std::vector<std::pair<std::int64_t, std::int64_t>> dh_groups_;  // [begin, end) of ranks per tap group
+  struct TapGroup {
+    std::int64_t begin, end;  // ranks
+    int d_phase, h_phase;     // the class of its pairs (-1: any, row mode)
+  };
+  std::vector<TapGroup> tap_groups_;
   Reader dy_reader_, w_reader_;
 };
 

@@ -60,8 +60,9 @@ struct GemmConfig {
   // several pixels (SharedWTile, KernelSet::f32_shared_w by the phase's tap count): some W phase has more
   // than one tap, every phase's taps are one dy pixel apart, and the kernel set has tiles for them.
   bool share_w = false;
-  // A task is a whole y plane with the taps walked in groups of dh_group (kd, kh) pairs, so a channel
-  // block's filter too large for L2 is reused across the plane; otherwise a task is one y row.
+  // A task is a whole y plane with the taps walked in groups of up to dh_group (kd, kh) pairs of one (D
+  // phase, H phase) class, so a channel block's filter too large for L2 is reused across the plane;
+  // otherwise a task is one y row.
   bool plane_mode = false;
   std::int64_t dh_group = 1;
   // Plane mode: y planes (of all images) per task, so a tap group's filter is reused across them all while
