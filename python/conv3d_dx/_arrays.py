@@ -7,6 +7,7 @@ import, and the conv3d-dx dtype it holds. torch is looked up in sys.modules, nev
 from __future__ import annotations
 
 import operator
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -140,8 +141,10 @@ def mark_written(out: Any) -> None:
         torch.autograd.graph.increment_version(out)
 
 
-# Torch results from this size on ask for transparent huge pages, as numpy arrays do (_core.advise_huge_pages).
+# Torch results from this size on ask for transparent huge pages, as numpy arrays do (_core.advise_huge_pages);
+# CONV3D_DX_MADVISE_HUGEPAGE=0 in the environment turns it off, as NUMPY_MADVISE_HUGEPAGE=0 does numpy's.
 HUGE_PAGE_RESULT_BYTES = 4 << 20
+ADVISE_HUGE_PAGES = os.environ.get("CONV3D_DX_MADVISE_HUGEPAGE", "1") != "0"
 
 
 def allocate(like: Operand, y_dtype: str, shape: Sequence[int], data_format: str,
@@ -162,7 +165,7 @@ def allocate(like: Operand, y_dtype: str, shape: Sequence[int], data_format: str
         result = torch.empty(shape, dtype=element_type, memory_format=torch.channels_last_3d)
     else:
         result = torch.empty(shape, dtype=element_type)
-    if result.numel() * result.element_size() >= HUGE_PAGE_RESULT_BYTES:
+    if ADVISE_HUGE_PAGES and result.numel() * result.element_size() >= HUGE_PAGE_RESULT_BYTES:
         _core.advise_huge_pages(as_core_array(result))
     return result
 

@@ -89,7 +89,6 @@ def test_torch_tensors_without_copies(monkeypatch):
     assert seen[-1][0] == sliced.data_ptr()
 
 
-
 def vm_flags_at(address):
     """The VmFlags of the mapping holding `address`, from /proc/self/smaps."""
     inside = False
@@ -106,21 +105,42 @@ def vm_flags_at(address):
 
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
                     reason="no transparent huge pages (not Linux, or a kernel without them)")
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_large_torch_results_ask_for_huge_pages(channels_last):
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC", "NCDHW channels_last_3d"])
+def test_large_torch_results_ask_for_huge_pages(layout):
     # 8 MiB of y from a 1 x 1 x 1 kernel; its whole 2 MiB units are advised (VmFlags "hg"), like numpy's.
+    # Each layout is one of allocate()'s torch branches: contiguous NCDHW or NDHWC, and channels_last_3d kept
+    # for an NCDHW call whose dy is.
     weight = torch.randn([3, 32, 1, 1, 1])
     grad = torch.randn([1, 3, 16, 64, 64])
-    if channels_last:
-        weight, grad = (t.contiguous(memory_format=torch.channels_last_3d) for t in (weight, grad))
-    got = conv3d_input([1, 32, 16, 64, 64], weight, grad)
+    if layout == "NCDHW":
+        got = conv3d_input([1, 32, 16, 64, 64], weight, grad)
+    elif layout == "NDHWC":
+        got = conv3d_dx.conv3d_backprop_input_v2([1, 16, 64, 64, 32], weight.permute(0, 2, 3, 4, 1),
+                                                 grad.permute(0, 2, 3, 4, 1).contiguous(), [1] * 5, [0] * 6,
+                                                 filter_format="NDHWC").permute(0, 4, 1, 2, 3)
+    else:
+        grad_cl = grad.contiguous(memory_format=torch.channels_last_3d)
+        got = conv3d_dx.conv3d_backprop_input_v2([1, 32, 16, 64, 64], weight, grad_cl, [1] * 5, [0] * 6,
+                                                 data_format="NCDHW")
+        assert not got.is_contiguous() and got.is_contiguous(memory_format=torch.channels_last_3d)
     assert got.numel() * got.element_size() >= conv3d_dx._arrays.HUGE_PAGE_RESULT_BYTES
-    assert got.is_contiguous(memory_format=torch.channels_last_3d) == channels_last
     unit = 2 << 20
     first_unit = -(-got.data_ptr() // unit) * unit
     flags = vm_flags_at(first_unit)
     assert flags is not None and "hg" in flags, flags
     torch.testing.assert_close(got, torch.nn.grad.conv3d_input(got.shape, weight, grad), rtol=1e-5, atol=1e-5)
+
+
+def test_huge_page_advice_can_be_turned_off(monkeypatch):
+    advised = []
+    monkeypatch.setattr(_core, "advise_huge_pages", advised.append)
+    args = ([1, 32, 16, 64, 64], torch.randn([3, 32, 1, 1, 1]), torch.randn([1, 3, 16, 64, 64]))
+    conv3d_input(*args)
+    assert len(advised) == 1
+    monkeypatch.setattr(conv3d_dx._arrays, "ADVISE_HUGE_PAGES", False)  # CONV3D_DX_MADVISE_HUGEPAGE=0
+    conv3d_input(*args)
+    assert len(advised) == 1
+
 
 def test_conv3d_input_bad_arguments():
     x_shape, weight, grad = problem()
