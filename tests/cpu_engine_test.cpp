@@ -249,6 +249,51 @@ TEST_P(CpuIsa, TapsCoveringPartOfATile) {
 // exact on small integers, within the bound on random values, the same bits on 1 and 2 threads; infinities at
 // the W borders of dy and in the first and last W taps of the filter (each reads outside dy at one border),
 // against the reference. The config says where the kernels run: on AVX-512 only.
+// Kernels one pixel wide in H and W at stride 1 without pads there: the engine merges a plane's rows into
+// one where both tensors' rows follow one another, and its tiles cross row ends; the sums are the same.
+TEST_P(CpuIsa, RowsMergeWhereTheKernelIsOnePixelInHAndW) {
+  std::mt19937_64 rng(71);
+  for (Layout fmt : kDataFormats)
+    for (const auto& [kernel, stride, pad, strided] :
+         {std::tuple{std::array<std::int64_t, 3>{3, 1, 1}, std::array<std::int64_t, 3>{1, 1, 1},
+                     std::array<std::int64_t, 3>{1, 0, 0}, false},
+          std::tuple{std::array<std::int64_t, 3>{1, 1, 1}, std::array<std::int64_t, 3>{2, 1, 1},
+                     std::array<std::int64_t, 3>{0, 0, 0}, false},
+          std::tuple{std::array<std::int64_t, 3>{3, 1, 1}, std::array<std::int64_t, 3>{1, 1, 1},
+                     std::array<std::int64_t, 3>{1, 0, 0}, true},  // rows apart: not merged
+          std::tuple{std::array<std::int64_t, 3>{3, 1, 1}, std::array<std::int64_t, 3>{1, 1, 2},
+                     std::array<std::int64_t, 3>{1, 0, 0}, false},  // W stride 2: not merged
+          std::tuple{std::array<std::int64_t, 3>{3, 1, 1}, std::array<std::int64_t, 3>{1, 1, 1},
+                     std::array<std::int64_t, 3>{1, 1, 0}, false}}) {  // H pads: not merged
+      Case c;
+      c.data_format = fmt;
+      c.N = 2;
+      c.Cin = 37;  // a full block and a narrow one
+      c.Cout = 5;
+      c.in = {4, 5, 7};  // rows of 7 pixels: tiles cross their ends once merged
+      c.kernel = kernel;
+      c.stride = stride;
+      c.pad_front = pad;
+      c.pad_back = pad;
+      c.strided_views = strided;
+      Instance inst = instantiate(c, rng, Fill::random);
+      const Problem p = validate(inst.spec);
+      if (!admit(p)) continue;
+      const Problem merged = cpu::rows_merged(p);
+      const bool merges = !strided && stride[2] == 1 && pad[1] == 0;
+      EXPECT_EQ(merged.y_size[1] == 1 && merged.y_size[2] == 35, merges) << c.name();
+      EXPECT_EQ(merged.dy_size[2], merges ? p.dy_size[1] * p.dy_size[2] : p.dy_size[2]) << c.name();
+      fill_canary(inst.y);
+      run_gemm(p, inst, GetParam(), {});
+      EXPECT_TRUE(matches_reference(p, inst)) << c.name();
+      EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+      const Tensor two_threads = inst.y;
+      fill_canary(inst.y);
+      run_gemm(p, inst, GetParam(), {}, 1);
+      EXPECT_TRUE(same_bits(two_threads, inst.y)) << c.name() << ", 1 thread";
+    }
+}
+
 TEST_P(CpuIsa, SharedWTapsMatchReference) {
   if (GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16)
     GTEST_SKIP() << "fp32 inputs only: the engines over bf16 pairs do not share W taps";

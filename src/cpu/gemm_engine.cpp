@@ -1313,9 +1313,32 @@ class GemmEngine final : public EngineImpl {
 
 }  // namespace
 
-std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
+Problem rows_merged(const Problem& p) {
+  const bool one_pixel = p.kernel[1] == 1 && p.kernel[2] == 1 && p.stride[1] == 1 && p.stride[2] == 1 &&
+                         p.pad_front[1] == 0 && p.pad_back[1] == 0 && p.pad_front[2] == 0 &&
+                         p.pad_back[2] == 0;
+  if (!one_pixel || p.dy_strides[3] != p.dy_size[2] * p.dy_strides[4] ||
+      p.y_strides[3] != p.y_size[2] * p.y_strides[4] || p.y_size[1] == 1)
+    return p;
+  Problem m = p;
+  for (auto* size : {&m.y_size, &m.dy_size}) {
+    (*size)[2] *= (*size)[1];
+    (*size)[1] = 1;
+  }
+  m.dilation[1] = m.dilation[2] = 1;
+  return m;
+}
+
+std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& original, Isa isa, const GemmTuning& tuning,
                                       std::string& why_not) {
-  const Problem& p = request.problem;
+  const Problem p = rows_merged(original.problem);
+  const EngineRequest request{p,
+                              original.threads,
+                              original.isa,
+                              original.cpu,
+                              original.isa_named,
+                              original.max_memory_bytes,
+                              original.keep_filter};
   // AMX takes fp16 values too, split into two bf16 each (GemmConfig::split).
   why_not = fast_engine_refusal(isa, request,
                                 isa == Isa::avx512_bf16 || (isa == Isa::amx_bf16 && !splits_into_bf16(p)));

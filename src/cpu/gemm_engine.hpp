@@ -92,6 +92,13 @@ std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest&, std::str
 std::unique_ptr<EngineImpl> make_gemm_avx512(const EngineRequest&, std::string& why_not);
 std::unique_ptr<EngineImpl> make_gemm_avx2(const EngineRequest&, std::string& why_not);
 
+// The problem the engine computes: y rows merged into one per plane where the kernel is one pixel wide in H
+// and W, at stride 1 and without pads there (y pixel (h, w) then takes dy pixel (h, w) alone), and both
+// tensors' rows follow one another in memory; otherwise p. The H x W pixels of a plane are then one row,
+// which tiles cross row ends in: (3, 1, 1) and 1 x 1 x 1 kernels on rows of any width keep to the widest
+// tiles. Each pixel's sum is the same, so are the bits.
+Problem rows_merged(const Problem& p);
+
 // The same engines with explicit blocking; `isa` picks the kernel set (amx_bf16, avx512_bf16, avx512, avx2).
 std::unique_ptr<EngineImpl> make_gemm(const EngineRequest&, Isa isa, const GemmTuning&, std::string& why_not);
 
