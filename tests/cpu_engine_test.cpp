@@ -249,28 +249,28 @@ TEST_P(CpuIsa, TapsCoveringPartOfATile) {
 // exact on small integers, within the bound on random values, the same bits on 1 and 2 threads; infinities at
 // the W borders of dy and in the first and last W taps of the filter (each reads outside dy at one border),
 // against the reference. The config says where the kernels run: on AVX-512 only.
-// Kernels one pixel wide in H and W at stride 1 without pads there: the engine merges a plane's rows into
-// one where both tensors' rows follow one another, and its tiles cross row ends; the sums are the same.
+// Kernels one pixel wide in H and W at stride 1 without pads there: the engine merges a plane's rows, k at
+// a time, where both tensors' rows follow one another, and its tiles cross row ends; with a D kernel taller
+// than 1 its row tasks run D inner. The sums are the same.
 TEST_P(CpuIsa, RowsMergeWhereTheKernelIsOnePixelInHAndW) {
+  using Dims = std::array<std::int64_t, 3>;
   std::mt19937_64 rng(71);
   for (Layout fmt : kDataFormats)
-    for (const auto& [kernel, stride, pad, strided] :
-         {std::tuple{std::array<std::int64_t, 3>{3, 1, 1}, std::array<std::int64_t, 3>{1, 1, 1},
-                     std::array<std::int64_t, 3>{1, 0, 0}, false},
-          std::tuple{std::array<std::int64_t, 3>{1, 1, 1}, std::array<std::int64_t, 3>{2, 1, 1},
-                     std::array<std::int64_t, 3>{0, 0, 0}, false},
-          std::tuple{std::array<std::int64_t, 3>{3, 1, 1}, std::array<std::int64_t, 3>{1, 1, 1},
-                     std::array<std::int64_t, 3>{1, 0, 0}, true},  // rows apart: not merged
-          std::tuple{std::array<std::int64_t, 3>{3, 1, 1}, std::array<std::int64_t, 3>{1, 1, 2},
-                     std::array<std::int64_t, 3>{1, 0, 0}, false},  // W stride 2: not merged
-          std::tuple{std::array<std::int64_t, 3>{3, 1, 1}, std::array<std::int64_t, 3>{1, 1, 1},
-                     std::array<std::int64_t, 3>{1, 1, 0}, false}}) {  // H pads: not merged
+    for (const auto& [in, kernel, stride, pad, strided] :
+         {std::tuple{Dims{4, 5, 7}, Dims{3, 1, 1}, Dims{1, 1, 1}, Dims{1, 0, 0}, false},    // all 5 rows
+          std::tuple{Dims{3, 6, 100}, Dims{3, 1, 1}, Dims{1, 1, 1}, Dims{1, 0, 0}, false},  // 2 rows of 200
+          std::tuple{Dims{4, 5, 7}, Dims{1, 1, 1}, Dims{2, 1, 1}, Dims{0, 0, 0}, false},
+          std::tuple{Dims{4, 5, 7}, Dims{3, 1, 1}, Dims{1, 1, 1}, Dims{1, 0, 0}, true},   // rows apart
+          std::tuple{Dims{4, 5, 7}, Dims{3, 1, 1}, Dims{1, 1, 2}, Dims{1, 0, 0}, false},  // W stride 2
+          std::tuple{Dims{4, 5, 7}, Dims{3, 1, 1}, Dims{1, 1, 1}, Dims{1, 1, 0}, false},  // H pads
+          std::tuple{Dims{3, 7, 300}, Dims{3, 1, 1}, Dims{1, 1, 1}, Dims{1, 0, 0},
+                     false}}) {  // rows too long
       Case c;
       c.data_format = fmt;
       c.N = 2;
       c.Cin = 37;  // a full block and a narrow one
       c.Cout = 5;
-      c.in = {4, 5, 7};  // rows of 7 pixels: tiles cross their ends once merged
+      c.in = in;
       c.kernel = kernel;
       c.stride = stride;
       c.pad_front = pad;
@@ -280,9 +280,15 @@ TEST_P(CpuIsa, RowsMergeWhereTheKernelIsOnePixelInHAndW) {
       const Problem p = validate(inst.spec);
       if (!admit(p)) continue;
       const Problem merged = cpu::rows_merged(p);
-      const bool merges = !strided && stride[2] == 1 && pad[1] == 0;
-      EXPECT_EQ(merged.y_size[1] == 1 && merged.y_size[2] == 35, merges) << c.name();
-      EXPECT_EQ(merged.dy_size[2], merges ? p.dy_size[1] * p.dy_size[2] : p.dy_size[2]) << c.name();
+      const std::int64_t k = merged.y_size[2] / p.y_size[2];
+      const std::int64_t expected_k = strided || stride[2] != 1 || pad[1] != 0 ? 1
+                                      : in[2] == 7                             ? 5
+                                      : in[2] == 100                           ? 2
+                                                                               : 1;
+      EXPECT_EQ(k, expected_k) << c.name();
+      EXPECT_EQ(merged.y_size[1] * k, p.y_size[1]) << c.name();
+      EXPECT_EQ(merged.dy_size[2], p.dy_size[2] * k) << c.name();
+      EXPECT_EQ(merged.dy_size[1] * k, p.dy_size[1]) << c.name();
       fill_canary(inst.y);
       run_gemm(p, inst, GetParam(), {});
       EXPECT_TRUE(matches_reference(p, inst)) << c.name();

@@ -185,6 +185,28 @@ TEST_F(GemmConfigTest, WTapsFuseOnlyWhenTheirDyPixelsAreConsecutive) {
   EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2, off).fuse_w);
 }
 
+// Row tasks run D inner where only D taps share dy rows: a kernel one row tall in H and taller in D.
+TEST_F(GemmConfigTest, RowTasksRunDInnerWhereOnlyDTapsShareDyRows) {
+  Case c;
+  c.Cin = c.Cout = 16;
+  c.kernel = {3, 1, 1};
+  c.pad_front = c.pad_back = {1, 0, 0};
+  const CpuModel cpu = host_cpu_model();
+  EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2).d_inner);
+  for (const std::array<std::int64_t, 3>& kernel :
+       {std::array<std::int64_t, 3>{3, 3, 1}, std::array<std::int64_t, 3>{1, 1, 3},
+        std::array<std::int64_t, 3>{1, 1, 1}}) {
+    Case other = c;
+    other.kernel = kernel;
+    other.pad_front = other.pad_back = {0, 0, 0};
+    EXPECT_FALSE(cpu::gemm_config(problem_of(other), cpu, Isa::avx512, 2).d_inner)
+        << kernel[0] << "x" << kernel[1] << "x" << kernel[2];
+  }
+  cpu::GemmTuning planes;
+  planes.plane = 1;
+  EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2, planes).d_inner);
+}
+
 // fp32 AVX-512 tiles of 1- and 2-vector blocks share a (kd, kh) pair's W taps where some W phase has 2 or 3
 // taps and every phase's taps are one dy pixel apart, with tiles as wide as the narrowest table allows; not
 // with 4 taps in a phase, one tap everywhere, taps two pixels apart, 3-vector blocks, bf16 pairs, AVX2, or

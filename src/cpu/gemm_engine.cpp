@@ -892,9 +892,15 @@ class GemmEngine final : public EngineImpl {
                        r = t % tasks_per_block_, g = gb / nb;
     const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
     const std::int64_t ppt = config_.planes_per_task;
-    const std::int64_t q0 = config_.plane_mode ? r * ppt : r / H.in,
-                       q1 = config_.plane_mode ? std::min(q0 + ppt, p_.N * D.in) : q0 + 1;
-    const std::int64_t ih0 = config_.plane_mode ? 0 : r % H.in, ih1 = config_.plane_mode ? H.in : ih0 + 1;
+    const std::int64_t planes = p_.N * D.in;
+    const std::int64_t q0 = config_.plane_mode ? r * ppt
+                            : config_.d_inner  ? r % planes
+                                               : r / H.in,
+                       q1 = config_.plane_mode ? std::min(q0 + ppt, planes) : q0 + 1;
+    const std::int64_t ih0 = config_.plane_mode ? 0
+                             : config_.d_inner  ? r / planes
+                                                : r % H.in,
+                       ih1 = config_.plane_mode ? H.in : ih0 + 1;
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
     // bf16 pairs go through AMX or vdpbf16ps unless an input is small enough for them to flush something
     // (or, for AMX, the filter block is not finite).
@@ -1320,11 +1326,19 @@ Problem rows_merged(const Problem& p) {
   if (!one_pixel || p.dy_strides[3] != p.dy_size[2] * p.dy_strides[4] ||
       p.y_strides[3] != p.y_size[2] * p.y_strides[4] || p.y_size[1] == 1)
     return p;
+  // k rows into one: the most (dividing H) that keep a row within kMergedRowPixels, or H's own width.
+  constexpr std::int64_t kMergedRowPixels = 256;
+  std::int64_t k = 1;
+  for (std::int64_t d = 2; d <= p.y_size[1]; ++d)
+    if (p.y_size[1] % d == 0 && d * p.y_size[2] <= kMergedRowPixels) k = d;
+  if (k == 1) return p;
   Problem m = p;
   for (auto* size : {&m.y_size, &m.dy_size}) {
-    (*size)[2] *= (*size)[1];
-    (*size)[1] = 1;
+    (*size)[2] *= k;
+    (*size)[1] /= k;
   }
+  m.y_strides[3] *= k;
+  m.dy_strides[3] *= k;
   m.dilation[1] = m.dilation[2] = 1;
   return m;
 }

@@ -72,6 +72,9 @@ struct GemmConfig {
   // turn, so the dy tiles a block reads are in cache for the next; every block is packed before the tasks
   // run, so only where the whole packed filter fits in a core's L2, or twice that for tasks of many pixels.
   bool blocks_inner = false;
+  // Row tasks run plane after plane for each row index (D inner): where the kernel is one row tall in H and
+  // taller in D, consecutive tasks then read the same dy rows for different D taps, from cache.
+  bool d_inner = false;
   bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
   // Row tiles of full channel blocks go straight into y (fp32 with contiguous channels, not staged), except
   // AMX tiles, which always go through the staging tile.
@@ -92,11 +95,11 @@ std::unique_ptr<EngineImpl> make_gemm_avx512_bf16(const EngineRequest&, std::str
 std::unique_ptr<EngineImpl> make_gemm_avx512(const EngineRequest&, std::string& why_not);
 std::unique_ptr<EngineImpl> make_gemm_avx2(const EngineRequest&, std::string& why_not);
 
-// The problem the engine computes: y rows merged into one per plane where the kernel is one pixel wide in H
-// and W, at stride 1 and without pads there (y pixel (h, w) then takes dy pixel (h, w) alone), and both
-// tensors' rows follow one another in memory; otherwise p. The H x W pixels of a plane are then one row,
-// which tiles cross row ends in: (3, 1, 1) and 1 x 1 x 1 kernels on rows of any width keep to the widest
-// tiles. Each pixel's sum is the same, so are the bits.
+// The problem the engine computes: where the kernel is one pixel wide in H and W, at stride 1 and without
+// pads there (y pixel (h, w) then takes dy pixel (h, w) alone), and both tensors' rows follow one another in
+// memory, y rows merged k at a time (k dividing H, rows of up to 256 pixels); otherwise p. Tiles then cross
+// row ends, so (3, 1, 1) and 1 x 1 x 1 kernels on short rows keep to the widest tiles, and rows stay short
+// enough for many tasks each reading little dy. Each pixel's sum is the same, so are the bits.
 Problem rows_merged(const Problem& p);
 
 // The same engines with explicit blocking; `isa` picks the kernel set (amx_bf16, avx512_bf16, avx512, avx2).
