@@ -438,8 +438,8 @@ nb::list suite(const std::string& name) {
 // Advises Linux to back a new result's whole 2 MiB units (x86-64's huge pages) with transparent huge pages,
 // as numpy advises its own arrays of 4 MiB or more (all their pages; torch.empty advises none). The call
 // that fills the result touches its pages first; with 4 KiB pages each one is a page fault, and on a
-// virtual machine those cost more than the convolution writing them for some shapes (Ice Lake Xeon VM, fp32
-// channels_last, 2 threads, a 32 MiB y: 33.5 ms against 26.6 advised, 23 ms into an already touched y).
+// virtual machine those can take a large share of the call (Ice Lake Xeon VM, fp32 channels_last, 2
+// threads, a 32 MiB y: 33.5 ms against 26.6 advised, 23 ms into an already touched y).
 // Advice only: its failure changes nothing.
 void advise_huge_pages(OutArray result) {
 #ifdef MADV_HUGEPAGE

@@ -24,8 +24,10 @@ namespace {
 
 class GemmEngine final : public EngineImpl {
  public:
-  GemmEngine(const EngineRequest& request, const KernelSet& ks, const GemmConfig& config)
-      : p_(request.problem),
+  // problem: the request's as the engine computes it (rows_merged).
+  GemmEngine(const EngineRequest& request, const Problem& problem, const KernelSet& ks,
+             const GemmConfig& config)
+      : p_(problem),
         threads_(request.threads),
         ks_(ks),
         config_(config),
@@ -948,14 +950,14 @@ class GemmEngine final : public EngineImpl {
     // In plane mode the taps come in groups whose filter fits in L2, each reused across all planes.
     for (const TapGroup& group : tap_groups_) {
       for (std::int64_t q = q0; q < q1; ++q) {
-        const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id);
-        if (group.d_phase >= 0 && D.phase_of(id) != group.d_phase) continue;
-        const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
+        const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id), rd = D.phase_of(id);
+        if (group.d_phase >= 0 && rd != group.d_phase) continue;
+        const AxisPhase& PD = D.phases[static_cast<std::size_t>(rd)];
         const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
-          if (group.h_phase >= 0 && H.phase_of(ih) != group.h_phase) continue;
-          const std::int64_t jh = H.j_of(ih);
-          const AxisPhase& PH = H.phases[static_cast<std::size_t>(H.phase_of(ih))];
+          const std::int64_t jh = H.j_of(ih), rh = H.phase_of(ih);
+          if (group.h_phase >= 0 && rh != group.h_phase) continue;
+          const AxisPhase& PH = H.phases[static_cast<std::size_t>(rh)];
           float* row = tile + (q - q0) * plane_floats + (ih - ih0) * row_floats;
           // Rows (and W phases) no tap reaches are written as zeros directly, here or (staged) at the store
           // below; in plane mode the tile is zeroed already. Here one channel block's task (taking turns row
@@ -1343,16 +1345,9 @@ Problem rows_merged(const Problem& p) {
   return m;
 }
 
-std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& original, Isa isa, const GemmTuning& tuning,
+std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
                                       std::string& why_not) {
-  const Problem p = rows_merged(original.problem);
-  const EngineRequest request{p,
-                              original.threads,
-                              original.isa,
-                              original.cpu,
-                              original.isa_named,
-                              original.max_memory_bytes,
-                              original.keep_filter};
+  const Problem p = rows_merged(request.problem);
   // AMX takes fp16 values too, split into two bf16 each (GemmConfig::split).
   why_not = fast_engine_refusal(isa, request,
                                 isa == Isa::avx512_bf16 || (isa == Isa::amx_bf16 && !splits_into_bf16(p)));
@@ -1402,7 +1397,7 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& original, Isa isa, co
     }
   }
   const KernelSet& ks = kernels_for(isa);
-  return std::make_unique<GemmEngine>(request, ks, config);
+  return std::make_unique<GemmEngine>(request, p, ks, config);
 }
 
 std::unique_ptr<EngineImpl> make_gemm_amx_bf16(const EngineRequest& r, std::string& why_not) {
