@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -254,28 +257,61 @@ void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// f32_to_hif8 on 16 lanes: numeric's codes by the top 12 magnitude bits, looked up by a gather. The sign, the
-// tiny values that round to +0, overflow and NaN are applied around it.
+// f32_to_hif8 on 16 lanes, by arithmetic: each value rounded half away in magnitude at the last mantissa bit
+// its exponent E's range keeps (as numeric's encoder: 3 bits where |E| <= 3, 2 for 4..7, 1 for 8..15, none
+// in the denormal range below 2^-15), then the rounded exponent's code (numeric's code of 2^E) with the kept
+// mantissa bits, or k = E + 23 below 2^-15. Both tables are indexed by E + 16 (0 for every E below -15) and
+// held in registers. Magnitudes are clamped at 40960 (ties away past 32768), which rounds to inf's code;
+// the sign, the tiny values and NaN are applied around it. On the Ice Lake Xeon measured, 14 cycles per 16
+// values against 28 for a gather from a table by the top 12 bits.
 void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
-  const std::uint8_t* table = numeric::hif8_codes_by_top_bits();
-  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF), byte = _mm512_set1_epi32(0xFF),
-                sign_bit = _mm512_set1_epi32(0x80), zero = _mm512_setzero_si512();
-  const __m512i largest = _mm512_set1_epi32(saturate ? 0x6E : 0x6F), nan = saturate ? zero : sign_bit;
+  struct Tables {
+    std::array<std::int32_t, 32> drop{}, code{};  // bits dropped by the rounding; the code of 2^E
+  };
+  static const Tables tables = [] {
+    Tables t;
+    t.drop[0] = 23;
+    for (int e = -15; e <= 15; ++e) {
+      const auto i = static_cast<std::size_t>(e + 16);
+      const int width = std::bit_width(static_cast<unsigned>(std::abs(e)));
+      t.drop[i] = 23 - (width <= 2 ? 3 : width == 3 ? 2 : 1);
+      t.code[i] = numeric::f32_to_hif8(std::ldexp(1.0f, e), false);
+    }
+    return t;
+  }();
+  const __m512i drop_lo = _mm512_loadu_si512(tables.drop.data()),
+                drop_hi = _mm512_loadu_si512(tables.drop.data() + 16),
+                code_lo = _mm512_loadu_si512(tables.code.data()),
+                code_hi = _mm512_loadu_si512(tables.code.data() + 16);
+  const __m512i one = _mm512_set1_epi32(1), magnitude = _mm512_set1_epi32(0x7FFFFFFF),
+                sign_bit = _mm512_set1_epi32(0x80), bias = _mm512_set1_epi32(127 - 16);
+  const __m512i inf = _mm512_set1_epi32(0x6F), nan = saturate ? _mm512_setzero_si512() : sign_bit;
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail16(n - i);
     const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
-    const __m512i a = _mm512_and_si512(u, magnitude);
+    const __m512i whole = _mm512_and_si512(u, magnitude);
+    const __m512i a = _mm512_min_epu32(whole, _mm512_set1_epi32(0x47200000));
     const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), sign_bit);
-    const auto below = [&](std::uint32_t bound) {
-      return _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(bound)));
-    };
-    const __m512i looked =
-        _mm512_and_si512(_mm512_mask_i32gather_epi32(zero, m, _mm512_srli_epi32(a, 19), table, 1), byte);
-    // Below 2^-23: +0 (no sign); from 40960 (ties away past 32768) and infinities: inf or the largest
-    // finite; NaN: NaN or +0.
-    __m512i code = _mm512_maskz_or_epi32(_mm512_knot(below(0x34000000u)), looked, sign);
-    code = _mm512_mask_mov_epi32(code, _mm512_knot(below(0x47200000u)), _mm512_or_si512(sign, largest));
-    code = _mm512_mask_mov_epi32(code, _mm512_knot(below(0x7F800001u)), nan);
+    const __m512i drop = _mm512_permutex2var_epi32(
+        drop_lo, _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(a, 23), bias), _mm512_setzero_si512()),
+        drop_hi);
+    const __m512i rounded =
+        _mm512_and_si512(_mm512_add_epi32(a, _mm512_sllv_epi32(one, _mm512_sub_epi32(drop, one))),
+                         _mm512_sllv_epi32(_mm512_set1_epi32(-1), drop));
+    // E + 16 after rounding. A carry into the next exponent leaves no mantissa bits, so the drop before it
+    // serves for the mantissa.
+    const __m512i index = _mm512_sub_epi32(_mm512_srli_epi32(rounded, 23), bias);
+    const __m512i mantissa = _mm512_srlv_epi32(_mm512_and_si512(rounded, _mm512_set1_epi32(0x7FFFFF)), drop);
+    const __m512i normal = _mm512_or_si512(_mm512_permutex2var_epi32(code_lo, index, code_hi), mantissa);
+    // Denormal k = E + 23; [2^-23, 2^-22) ties away to k = 1.
+    const __m512i denormal = _mm512_max_epi32(_mm512_add_epi32(index, _mm512_set1_epi32(7)), one);
+    __m512i code = _mm512_mask_mov_epi32(normal, _mm512_cmplt_epi32_mask(index, one), denormal);
+    if (saturate)  // inf's code (0x6F: finite values never take it) becomes the largest finite's
+      code = _mm512_mask_sub_epi32(code, _mm512_cmpeq_epi32_mask(code, inf), code, one);
+    code = _mm512_or_si512(code, sign);
+    // Below 2^-23: +0 (no sign); NaN: NaN or +0.
+    code = _mm512_maskz_mov_epi32(_mm512_cmpge_epu32_mask(a, _mm512_set1_epi32(0x34000000)), code);
+    code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(whole, _mm512_set1_epi32(0x7F800000)), nan);
     _mm512_mask_cvtepi32_storeu_epi8(dst + i, m, code);
   }
 }

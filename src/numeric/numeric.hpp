@@ -33,8 +33,8 @@ std::uint16_t f32_to_fp16(float v, bool saturate);
 std::uint16_t f32_to_bf16(float v, bool saturate);
 std::uint8_t f32_to_hif8(float v, bool saturate);
 std::uint8_t f32_to_fp8_e4m3fn(float v, bool saturate);
-// f32_to_hif8's codes (no saturation) of the non-negative fp32 values by their bits 19-30, for the vector
-// encoders: HiFloat8 keeps at most 3 mantissa bits and rounds half away from zero, so a finite value's code
+// f32_to_hif8's codes (no saturation) of the non-negative fp32 values by their bits 19-30, for the AVX2
+// encoder: HiFloat8 keeps at most 3 mantissa bits and rounds half away from zero, so a finite value's code
 // depends only on its exponent and top 4 mantissa bits (the bounds of the tiny and overflow ranges too have
 // no lower bits). 4096 codes and 3 bytes more, so a 4-byte gather at any of them stays inside.
 const std::uint8_t* hif8_codes_by_top_bits();
