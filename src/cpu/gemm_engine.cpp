@@ -697,6 +697,19 @@ class GemmEngine final : public EngineImpl {
                           p_.input_rounding != InputRounding::fp16;
     const bool to_f32 = std::is_same_v<T, float> && dy_reader_.widens(ks_);
     if (s[1] == 1 && (to_pairs || to_f32)) {
+      // n elements of dy from `at` on, into dst.
+      const auto convert_run = [&](std::int64_t at, std::int64_t n, T* dst) {
+        if constexpr (std::is_same_v<T, float>) {
+          dy_reader_.widen(ks_, dy, at, n, dst);
+        } else if (dy_8bit) {
+          ks_.widen8(static_cast<const std::uint8_t*>(dy) + at, dy_reader_.bf16_table(), dst, n);
+        } else {
+          std::memcpy(dst, static_cast<const std::uint16_t*>(dy) + at, static_cast<std::size_t>(n) * 2);
+        }
+      };
+      // Without padding channels, a row whose pixels follow one another in dy converts as one run (with few
+      // channels, a call per pixel cost more than the conversion).
+      const bool whole_rows = kpad_ == p_.Cout_g && s[4] == p_.Cout_g;
       parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
           const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
@@ -705,18 +718,14 @@ class GemmEngine final : public EngineImpl {
           for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
             const std::int64_t at = n * s[0] + g * p_.Cout_g + od * s[2] + oh * s[3];
             T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
-            for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
-              T* pixel = row + ow * kpad_;
-              if constexpr (std::is_same_v<T, float>) {
-                dy_reader_.widen(ks_, dy, at + ow * s[4], p_.Cout_g, pixel);
-              } else if (dy_8bit) {
-                ks_.widen8(static_cast<const std::uint8_t*>(dy) + at + ow * s[4], dy_reader_.bf16_table(),
-                           pixel, p_.Cout_g);
-              } else {
-                std::memcpy(pixel, static_cast<const std::uint16_t*>(dy) + at + ow * s[4],
-                            static_cast<std::size_t>(p_.Cout_g) * 2);
+            if (whole_rows) {
+              convert_run(at, p_.dy_size[2] * p_.Cout_g, row);
+            } else {
+              for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
+                T* pixel = row + ow * kpad_;
+                convert_run(at + ow * s[4], p_.Cout_g, pixel);
+                std::fill(pixel + p_.Cout_g, pixel + kpad_, T{0});
               }
-              std::fill(pixel + p_.Cout_g, pixel + kpad_, T{0});
             }
             zero_halo(row);
           }
