@@ -298,6 +298,57 @@ TEST_P(CpuIsa, RowsMergeWhereTheKernelIsOnePixelInHAndW) {
     }
 }
 
+// dy converted into the workspace a row at a time (channels contiguous, no padding channels) from a view
+// whose pixels follow one another but whose rows, planes and images lie apart: every type that converts (HF32
+// fp32, fp16, bf16 and the 8-bit ones), 3 output channels (padded to pairs on bf16 kernels, so converted a
+// pixel at a time there) and 32 (whole rows everywhere, AMX included), against the reference and on 1 and 2
+// threads bitwise.
+TEST_P(CpuIsa, DyRowsApartWithContiguousPixels) {
+  std::mt19937_64 rng(73);
+  for (const DType dtype : kAllDtypes)
+    for (const std::int64_t cout : {3, 32}) {
+      Case c = with_dtype({}, dtype);
+      c.hf32 = dtype == DType::f32;  // fp32 dy is then rounded on the way in rather than read in place
+      c.N = 2;
+      c.Cin = 20;
+      c.Cout = cout;
+      c.in = {3, 4, 9};
+      c.pad_front = c.pad_back = {1, 1, 1};
+      Instance inst = instantiate(c, rng, Fill::random);
+      // The same dy with 3 elements after each row, 5 after each plane and 7 after each image.
+      const TensorView& dense = inst.dy.view;
+      Tensor apart;
+      apart.view = dense;
+      auto& st = apart.view.strides;  // N, D, H, W, C
+      st[4] = 1;
+      st[3] = cout;
+      st[2] = dense.shape[3] * cout + 3;
+      st[1] = dense.shape[2] * st[2] + 5;
+      st[0] = dense.shape[1] * st[1] + 7;
+      apart.bytes.assign(static_cast<std::size_t>(dense.shape[0] * st[0]) * dtype_size(dtype), 0);
+      apart.view.data = apart.bytes.data();
+      for (std::int64_t n = 0; n < dense.shape[0]; ++n)
+        for (std::int64_t d = 0; d < dense.shape[1]; ++d)
+          for (std::int64_t h = 0; h < dense.shape[2]; ++h)
+            for (std::int64_t w = 0; w < dense.shape[3]; ++w)
+              for (std::int64_t co = 0; co < cout; ++co)
+                numeric::store_f32(dtype, apart.view.data, n * st[0] + d * st[1] + h * st[2] + w * st[3] + co,
+                                   static_cast<float>(element(inst.dy, {n, co, d, h, w})),
+                                   OverflowMode::ieee);
+      inst.dy = apart;
+      inst.spec.out_backprop = inst.dy.view;
+      const Problem p = validate(inst.spec);
+      if (!admit(p)) continue;
+      run_gemm(p, inst, GetParam());
+      EXPECT_TRUE(matches_reference(p, inst)) << c.name();
+      const Tensor two_threads = inst.y;
+      fill_canary(inst.y);
+      run_gemm(p, inst, GetParam(), {}, 1);
+      EXPECT_TRUE(same_bits(two_threads, inst.y)) << c.name() << ", 1 thread";
+    }
+  expect_counts(4, 2);
+}
+
 // W taps sharing their dy loads (SharedWTile, AVX-512 fp32 FMA kernels, blocks of 1 or 2 vectors): W
 // kernels of 3 at stride 1 (phases of 3 taps), 3 at stride 2 (2 and 1), 2 at stride 1 and 4 at stride 2
 // (2 each), 3 at stride 2 and dilation 2 (3 and none); row and plane tasks; rows of 1 pixel to over 2 tiles,

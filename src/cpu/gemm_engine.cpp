@@ -690,8 +690,9 @@ class GemmEngine final : public EngineImpl {
         if (scan) tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
     };
     const auto any_tiny = [&] { return std::find(tiny.begin(), tiny.end(), 1) != tiny.end(); };
-    // dy with contiguous channels, per pixel: bf16 or 8-bit into bf16 pairs (a copy or table lookup), or
-    // anything the reader widens into fp32; padding channels zeroed.
+    // dy with contiguous channels, per pixel (or per row where its pixels follow one another unpadded): bf16
+    // or 8-bit into bf16 pairs (a copy or table lookup), or anything the reader widens into fp32; padding
+    // channels zeroed.
     const bool dy_8bit = dy_reader_.bf16_table() != nullptr && ks_.widen8 != nullptr;
     const bool to_pairs = std::is_same_v<T, std::uint16_t> && (p_.dy_dtype == DType::bf16 || dy_8bit) &&
                           p_.input_rounding != InputRounding::fp16;

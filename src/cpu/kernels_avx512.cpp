@@ -260,10 +260,11 @@ void to_fp16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
 // f32_to_hif8 on 16 lanes, by arithmetic: each value rounded half away in magnitude at the last mantissa bit
 // its exponent E's range keeps (as numeric's encoder: 3 bits where |E| <= 3, 2 for 4..7, 1 for 8..15, none
 // in the denormal range below 2^-15), then the rounded exponent's code (numeric's code of 2^E) with the kept
-// mantissa bits, or k = E + 23 below 2^-15. Both tables are indexed by E + 16 (0 for every E below -15) and
-// held in registers. Magnitudes are clamped at 40960 (ties away past 32768), which rounds to inf's code;
-// the sign, the tiny values and NaN are applied around it. On the Ice Lake Xeon measured, 14 cycles per 16
-// values against 28 for a gather from a table by the top 12 bits.
+// mantissa bits, or k = E + 23 below 2^-15. Both tables are indexed by E + 16 and held in registers: the
+// rounding's by E clamped to -16 (every denormal drops 23 bits), the codes' unclamped (below -15 the lookup
+// wraps and its result is replaced by k). Magnitudes are clamped at 40960 (ties away past 32768), which
+// rounds to inf's code; the sign, the tiny values and NaN are applied around it. On the Ice Lake Xeon
+// measured, 14 cycles per 16 values against 28 for a gather from a table by the top 12 bits.
 void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
   struct Tables {
     std::array<std::int32_t, 32> drop{}, code{};  // bits dropped by the rounding; the code of 2^E
