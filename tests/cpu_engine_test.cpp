@@ -75,6 +75,33 @@ void run_pointwise(const Problem& p, Instance& inst, Isa isa, int threads = 2) {
   run_engine(std::move(engine), why, inst);
 }
 
+// The instance's channel-last dy relaid so that its pixels follow one another but its rows, planes and
+// images lie apart (3, 5 and 7 elements after each), with the same values; the spec views the new dy.
+void relay_dy_rows_apart(Instance& inst) {
+  const TensorView& dense = inst.dy.view;
+  const std::int64_t C = dense.shape[4];
+  Tensor apart;
+  apart.view = dense;
+  auto& st = apart.view.strides;  // N, D, H, W, C
+  st[4] = 1;
+  st[3] = C;
+  st[2] = dense.shape[3] * C + 3;
+  st[1] = dense.shape[2] * st[2] + 5;
+  st[0] = dense.shape[1] * st[1] + 7;
+  apart.bytes.assign(static_cast<std::size_t>(dense.shape[0] * st[0]) * dtype_size(dense.dtype), 0);
+  apart.view.data = apart.bytes.data();
+  for (std::int64_t n = 0; n < dense.shape[0]; ++n)
+    for (std::int64_t d = 0; d < dense.shape[1]; ++d)
+      for (std::int64_t h = 0; h < dense.shape[2]; ++h)
+        for (std::int64_t w = 0; w < dense.shape[3]; ++w)
+          for (std::int64_t c = 0; c < C; ++c)
+            numeric::store_f32(dense.dtype, apart.view.data,
+                               n * st[0] + d * st[1] + h * st[2] + w * st[3] + c,
+                               static_cast<float>(element(inst.dy, {n, c, d, h, w})), OverflowMode::ieee);
+  inst.dy = std::move(apart);
+  inst.spec.out_backprop = inst.dy.view;
+}
+
 class CpuIsa : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -315,28 +342,7 @@ TEST_P(CpuIsa, DyRowsApartWithContiguousPixels) {
       c.in = {3, 4, 9};
       c.pad_front = c.pad_back = {1, 1, 1};
       Instance inst = instantiate(c, rng, Fill::random);
-      // The same dy with 3 elements after each row, 5 after each plane and 7 after each image.
-      const TensorView& dense = inst.dy.view;
-      Tensor apart;
-      apart.view = dense;
-      auto& st = apart.view.strides;  // N, D, H, W, C
-      st[4] = 1;
-      st[3] = cout;
-      st[2] = dense.shape[3] * cout + 3;
-      st[1] = dense.shape[2] * st[2] + 5;
-      st[0] = dense.shape[1] * st[1] + 7;
-      apart.bytes.assign(static_cast<std::size_t>(dense.shape[0] * st[0]) * dtype_size(dtype), 0);
-      apart.view.data = apart.bytes.data();
-      for (std::int64_t n = 0; n < dense.shape[0]; ++n)
-        for (std::int64_t d = 0; d < dense.shape[1]; ++d)
-          for (std::int64_t h = 0; h < dense.shape[2]; ++h)
-            for (std::int64_t w = 0; w < dense.shape[3]; ++w)
-              for (std::int64_t co = 0; co < cout; ++co)
-                numeric::store_f32(dtype, apart.view.data, n * st[0] + d * st[1] + h * st[2] + w * st[3] + co,
-                                   static_cast<float>(element(inst.dy, {n, co, d, h, w})),
-                                   OverflowMode::ieee);
-      inst.dy = apart;
-      inst.spec.out_backprop = inst.dy.view;
+      relay_dy_rows_apart(inst);
       const Problem p = validate(inst.spec);
       if (!admit(p)) continue;
       run_gemm(p, inst, GetParam());
@@ -952,6 +958,37 @@ TEST_P(CpuPixel, EightBitChannelLastYByPixel) {
         check(c, rng, Fill::small_integers);
       }
   expect_counts(0);
+}
+
+// Channel-last dy widened a run of pixels at a time where they follow one another, from a view whose rows,
+// planes and images lie apart: every type the reader widens (HF32 fp32, fp16, bf16, 8-bit), against the
+// reference and on 1 and 2 threads bitwise. (The bf16-pair variant converts channel by channel.)
+TEST_P(CpuPixel, DyRowsApartWithContiguousPixels) {
+  std::mt19937_64 rng(74);
+  for (const DType dtype : kAllDtypes) {
+    Case c = with_dtype({}, dtype);
+    c.hf32 = dtype == DType::f32;
+    c.N = 2;
+    c.Cin = 4;
+    c.Cout = 6;
+    c.in = {3, 4, 9};
+    c.pad_front = c.pad_back = {1, 1, 1};
+    Instance inst = instantiate(c, rng, Fill::random);
+    relay_dy_rows_apart(inst);
+    const Problem p = validate(inst.spec);
+    if (!takes(GetParam(), p)) {
+      ++declined_;
+      continue;
+    }
+    ++ran_;
+    run_pixel(p, inst, GetParam());
+    EXPECT_TRUE(matches_reference(p, inst)) << c.name();
+    const Tensor two_threads = inst.y;
+    fill_canary(inst.y);
+    run_pixel(p, inst, GetParam(), 1);
+    EXPECT_TRUE(same_bits(two_threads, inst.y)) << c.name() << ", 1 thread";
+  }
+  expect_counts(2);
 }
 
 TEST_P(CpuPixel, BitwiseIdenticalAcrossThreadCounts) {

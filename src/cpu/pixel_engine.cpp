@@ -239,8 +239,8 @@ class PixelEngine final : public EngineImpl {
   }
 
   // convert_dy into fp32 by vector kernels where the reader has them: rows of contiguous W widened as runs;
-  // channel-last dy widened pixel by pixel and transposed into the channel planes, up to 4096 values at a
-  // time. Returns false, writing nothing, for other inputs.
+  // channel-last dy widened pixel by pixel (as one run where the pixels follow one another) and transposed
+  // into the channel planes, up to 4096 values at a time. Returns false, writing nothing, for other inputs.
   bool widen_dy(const void* dy, float* out) const {
     const auto& s = p_.dy_strides;
     if (!dy_reader_.widens(ks_)) return false;
@@ -270,8 +270,11 @@ class PixelEngine final : public EngineImpl {
         for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += chunk) {
           const std::int64_t m = std::min(chunk, p_.dy_size[2] - w0),
                              at = n * s[0] + od * s[2] + oh * s[3] + w0 * s[4];
-          for (std::int64_t w = 0; w < m; ++w)
-            dy_reader_.widen(ks_, dy, at + w * s[4], C, pixels.data() + w * C);
+          if (s[4] == C)  // the pixels follow one another: one run
+            dy_reader_.widen(ks_, dy, at, m * C, pixels.data());
+          else
+            for (std::int64_t w = 0; w < m; ++w)
+              dy_reader_.widen(ks_, dy, at + w * s[4], C, pixels.data() + w * C);
           ks_.store_transposed(pixels.data(), false, C, m, C, row0 + w0, StoreType::f32, dy_c_, false);
         }
       }
