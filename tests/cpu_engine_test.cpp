@@ -102,6 +102,35 @@ void relay_dy_rows_apart(Instance& inst) {
   inst.spec.out_backprop = inst.dy.view;
 }
 
+// A case for the dy-rows-apart tests: 2 images of 3 x 4 x 9, pads of 1, `dtype` throughout (fp32 with HF32,
+// so that its dy is converted rather than read in place).
+Case rows_apart_case(DType dtype, std::int64_t cin, std::int64_t cout) {
+  Case c = with_dtype({}, dtype);
+  c.hf32 = dtype == DType::f32;
+  c.N = 2;
+  c.Cin = cin;
+  c.Cout = cout;
+  c.in = {3, 4, 9};
+  c.pad_front = c.pad_back = {1, 1, 1};
+  return c;
+}
+
+// The case with its dy relaid rows apart, run by run(p, inst, threads) where admit(p): against the reference
+// on 2 threads, and the same bits on 1.
+template <class Admit, class Run>
+void check_rows_apart(const Case& c, std::mt19937_64& rng, Admit&& admit, Run&& run) {
+  Instance inst = instantiate(c, rng, Fill::random);
+  relay_dy_rows_apart(inst);
+  const Problem p = validate(inst.spec);
+  if (!admit(p)) return;
+  run(p, inst, 2);
+  EXPECT_TRUE(matches_reference(p, inst)) << c.name();
+  const Tensor two_threads = inst.y;
+  fill_canary(inst.y);
+  run(p, inst, 1);
+  EXPECT_TRUE(same_bits(two_threads, inst.y)) << c.name() << ", 1 thread";
+}
+
 class CpuIsa : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -333,25 +362,10 @@ TEST_P(CpuIsa, RowsMergeWhereTheKernelIsOnePixelInHAndW) {
 TEST_P(CpuIsa, DyRowsApartWithContiguousPixels) {
   std::mt19937_64 rng(73);
   for (const DType dtype : kAllDtypes)
-    for (const std::int64_t cout : {3, 32}) {
-      Case c = with_dtype({}, dtype);
-      c.hf32 = dtype == DType::f32;  // fp32 dy is then rounded on the way in rather than read in place
-      c.N = 2;
-      c.Cin = 20;
-      c.Cout = cout;
-      c.in = {3, 4, 9};
-      c.pad_front = c.pad_back = {1, 1, 1};
-      Instance inst = instantiate(c, rng, Fill::random);
-      relay_dy_rows_apart(inst);
-      const Problem p = validate(inst.spec);
-      if (!admit(p)) continue;
-      run_gemm(p, inst, GetParam());
-      EXPECT_TRUE(matches_reference(p, inst)) << c.name();
-      const Tensor two_threads = inst.y;
-      fill_canary(inst.y);
-      run_gemm(p, inst, GetParam(), {}, 1);
-      EXPECT_TRUE(same_bits(two_threads, inst.y)) << c.name() << ", 1 thread";
-    }
+    for (const std::int64_t cout : {3, 32})
+      check_rows_apart(
+          rows_apart_case(dtype, 20, cout), rng, [&](const Problem& p) { return admit(p); },
+          [&](const Problem& p, Instance& inst, int threads) { run_gemm(p, inst, GetParam(), {}, threads); });
   expect_counts(4, 2);
 }
 
@@ -852,16 +866,18 @@ class CpuPixel : public ::testing::TestWithParam<Isa> {
   void check(const Case& c, std::mt19937_64& rng, Fill fill) {
     Instance inst = instantiate(c, rng, fill);
     const Problem p = validate(inst.spec);
-    if (!takes(GetParam(), p)) {
-      ++declined_;
-      return;
-    }
-    ++ran_;
+    if (!admit(p)) return;
     run_pixel(p, inst, GetParam());
     ASSERT_TRUE(matches_reference(p, inst)) << c.name();
     if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
       ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
     }
+  }
+  // Whether the variant takes the problem's inputs, counting the cases run and declined.
+  bool admit(const Problem& p) {
+    const bool taken = takes(GetParam(), p);
+    ++(taken ? ran_ : declined_);
+    return taken;
   }
   // The bf16 variant declines `bf16_declines` of the test's cases (fp32 or fp16 inputs); fp32 none.
   void expect_counts(int bf16_declines) {
@@ -965,29 +981,10 @@ TEST_P(CpuPixel, EightBitChannelLastYByPixel) {
 // reference and on 1 and 2 threads bitwise. (The bf16-pair variant converts channel by channel.)
 TEST_P(CpuPixel, DyRowsApartWithContiguousPixels) {
   std::mt19937_64 rng(74);
-  for (const DType dtype : kAllDtypes) {
-    Case c = with_dtype({}, dtype);
-    c.hf32 = dtype == DType::f32;
-    c.N = 2;
-    c.Cin = 4;
-    c.Cout = 6;
-    c.in = {3, 4, 9};
-    c.pad_front = c.pad_back = {1, 1, 1};
-    Instance inst = instantiate(c, rng, Fill::random);
-    relay_dy_rows_apart(inst);
-    const Problem p = validate(inst.spec);
-    if (!takes(GetParam(), p)) {
-      ++declined_;
-      continue;
-    }
-    ++ran_;
-    run_pixel(p, inst, GetParam());
-    EXPECT_TRUE(matches_reference(p, inst)) << c.name();
-    const Tensor two_threads = inst.y;
-    fill_canary(inst.y);
-    run_pixel(p, inst, GetParam(), 1);
-    EXPECT_TRUE(same_bits(two_threads, inst.y)) << c.name() << ", 1 thread";
-  }
+  for (const DType dtype : kAllDtypes)
+    check_rows_apart(
+        rows_apart_case(dtype, 4, 6), rng, [&](const Problem& p) { return admit(p); },
+        [&](const Problem& p, Instance& inst, int threads) { run_pixel(p, inst, GetParam(), threads); });
   expect_counts(2);
 }
 
