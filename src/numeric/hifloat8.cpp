@@ -52,6 +52,11 @@ float hif8_to_f32(std::uint8_t code) {
                               (mantissa << (23 - mbits)));
 }
 
+int hif8_mantissa_bits(int exponent) {
+  const int n = std::bit_width(static_cast<unsigned>(std::abs(exponent)));
+  return n <= 4 ? kMantissaBits[n] : 0;
+}
+
 std::uint8_t f32_to_hif8(float v, bool saturate) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(v);
   const std::uint32_t a = u & 0x7FFFFFFFu;
@@ -66,9 +71,7 @@ std::uint8_t f32_to_hif8(float v, bool saturate) {
   // From 2^-22 up, the neighbours of x in [2^E, 2^(E+1)) are spaced 2^(E - mbits(E)) apart, with
   // mbits = 0 in the denormal range (the powers of two, midpoint 1.5 * 2^E). Round half away in
   // magnitude on the bits below that; a carry gives 2^(E+1), which every range can represent.
-  const int e0 = static_cast<int>(a >> 23) - 127;
-  const int n0 = std::bit_width(static_cast<unsigned>(std::abs(e0)));
-  const int drop = 23 - (n0 <= 4 ? kMantissaBits[n0] : 0);
+  const int drop = 23 - hif8_mantissa_bits(static_cast<int>(a >> 23) - 127);
   const std::uint32_t r = (a + (1u << (drop - 1))) & ~((1u << drop) - 1u);
 
   const int e = static_cast<int>(r >> 23) - 127;

@@ -32,6 +32,9 @@ float fp8_e4m3fn_to_f32(std::uint8_t code);
 std::uint16_t f32_to_fp16(float v, bool saturate);
 std::uint16_t f32_to_bf16(float v, bool saturate);
 std::uint8_t f32_to_hif8(float v, bool saturate);
+// The mantissa bits HiFloat8 keeps for values in [2^E, 2^(E+1)): 3 where |E| <= 3, 2 for 4..7, 1 for 8..15,
+// 0 beyond (the denormal range below 2^-15, and past the largest finite).
+int hif8_mantissa_bits(int exponent);
 std::uint8_t f32_to_fp8_e4m3fn(float v, bool saturate);
 // f32_to_hif8's codes (no saturation) of the non-negative fp32 values by their bits 19-30, for the AVX2
 // encoder: HiFloat8 keeps at most 3 mantissa bits and rounds half away from zero, so a finite value's code
