@@ -4,6 +4,8 @@ operator without copies."""
 
 import copy
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -137,9 +139,15 @@ def test_huge_page_advice_can_be_turned_off(monkeypatch):
     args = ([1, 32, 16, 64, 64], torch.randn([3, 32, 1, 1, 1]), torch.randn([1, 3, 16, 64, 64]))
     conv3d_input(*args)
     assert len(advised) == 1
-    monkeypatch.setattr(conv3d_dx._arrays, "ADVISE_HUGE_PAGES", False)  # CONV3D_DX_MADVISE_HUGEPAGE=0
+    monkeypatch.setattr(conv3d_dx._arrays, "ADVISE_HUGE_PAGES", False)
     conv3d_input(*args)
     assert len(advised) == 1
+    # The switch is read from the environment when the module is imported.
+    read = "import conv3d_dx._arrays as a; print(a.ADVISE_HUGE_PAGES)"
+    for value, expected in (("0", "False"), ("1", "True")):
+        env = dict(os.environ, CONV3D_DX_MADVISE_HUGEPAGE=value)
+        out = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == expected, out
 
 
 def test_conv3d_input_bad_arguments():
