@@ -68,10 +68,13 @@ void run_pixel(const Problem& p, Instance& inst, Isa isa, int threads = 2) {
   run_engine(std::move(engine), why, inst);
 }
 
-// The pointwise engine on that ISA (avx512_bf16: over bf16 pairs).
-void run_pointwise(const Problem& p, Instance& inst, Isa isa, int threads = 2) {
+// The pointwise engine on that ISA (avx512_bf16: over bf16 pairs), blocked for `cpu`.
+void run_pointwise(const Problem& p, Instance& inst, Isa isa, int threads = 2,
+                   const CpuModel& cpu = host_cpu_model()) {
   std::string why;
-  auto engine = cpu::make_pointwise(named_request(p, threads, isa), isa, why);
+  EngineRequest request = named_request(p, threads, isa);
+  request.cpu = cpu;
+  auto engine = cpu::make_pointwise(request, isa, why);
   run_engine(std::move(engine), why, inst);
 }
 
@@ -1103,17 +1106,23 @@ INSTANTIATE_TEST_SUITE_P(Isas, CpuPixel, ::testing::Values(Isa::avx2, Isa::avx51
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
 // The pointwise engine (1x1x1 kernel, stride 1, no padding, channel-first tensors), in fp32 on AVX2 and
-// AVX-512 and over bf16 pairs: pixel counts around its tiles (144 pixels for these Cout, 132 for fp32 Cout
-// 1900) and its 3- to 14-pixel kernel calls, channel blocks of 16 to 64 (full and partial, one to three per
-// group), dy rows transposed in blocks of 32 (odd and even Cout, partial blocks) straight from dy or widened
-// first (other dtypes, HF32 and fp16 input rounding), groups, y in every output type; exact on small
-// integers; 1, 2 and 3 threads give the same bits; N = 0 plans and runs as an empty success.
+// AVX-512 and over bf16 pairs: pixel counts around its tiles and its 3- to 14-pixel kernel calls, channel
+// blocks of 16 to 64 (full and partial, one to three per group), dy rows transposed in blocks of 32 (odd and
+// even Cout, partial blocks) straight from dy or widened first (other dtypes, HF32 and fp16 input rounding),
+// groups, y in every output type; exact on small integers; 1, 2 and 3 threads give the same bits, and so
+// does a CPU with a 16 KiB L2, whose blocking cuts the reduction into chunks of about 16 steps (an odd
+// Cout's zero row in the last); N = 0 plans and runs as an empty success.
 class CpuPointwise : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
     if (!cpu_supports(GetParam())) GTEST_SKIP() << "CPU lacks " << to_string(GetParam());
   }
   static bool pairs() { return GetParam() == Isa::avx512_bf16; }
+  static CpuModel small_l2() {
+    CpuModel cpu = host_cpu_model();
+    cpu.l2_bytes = 16 << 10;
+    return cpu;
+  }
   Case pointwise(std::int64_t cin, std::int64_t cout, std::array<std::int64_t, 3> in) const {
     Case c = with_dtype(Case{}, pairs() ? DType::bf16 : DType::f32);
     c.data_format = Layout::NCDHW;
@@ -1130,7 +1139,7 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
   const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 31}, {1, 4, 8},   {1, 1, 33}, {2, 3, 11},
                                                           {3, 5, 7},  {1, 1, 143}, {1, 5, 29}, {2, 2, 37}};
   const std::vector<std::array<std::int64_t, 3>> wide_k_sizes = {{1, 1, 140}, {1, 1, 132}};
-  int k = 0;
+  int k = 0, chunked = 0;
   for (std::int64_t cin : {9, 17, 40, 80, 130})
     for (std::int64_t cout : {1, 2, 3, 16, 33, 70, 1900})
       for (int i = 0; i < 2; ++i) {             // two sizes per pair of channel counts, in turn
@@ -1178,8 +1187,16 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
             run_pointwise(p, inst, GetParam(), threads);
             EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
           }
+          const CpuModel small = small_l2();
+          const std::int64_t steps = pairs() ? (p.Cout_g + 1) / 2 : p.Cout_g;
+          const cpu::PointwiseBlocking b = cpu::pointwise_blocking(p, small, 2, GetParam());
+          chunked += b.chunk < steps;
+          fill_canary(inst.y);
+          run_pointwise(p, inst, GetParam(), 2, small);
+          EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", in chunks of " << b.chunk;
         }
       }
+  EXPECT_GE(chunked, 40);  // of 124 runs: Cout 33, 70 and 1900
 }
 
 // It takes only what it is built for, says why otherwise, and Plan prefers it for such problems.
@@ -1192,13 +1209,18 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
     o.isa = GetParam();
     EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(), std::string("pointwise_") + to_string(GetParam()));
   }
-  {  // a panel of every output channel per thread: refused when that would be huge
+  {  // any reduction length: in chunks whose panel, block filter and accumulators fit in 3/4 of L2
     Problem huge = validate(instantiate(ok, rng, Fill::random).spec);
     huge.Cout_g = std::int64_t{1} << 20;
-    std::string why;
-    const Isa isa = GetParam();
-    EXPECT_FALSE(cpu::make_pointwise(named_request(huge, 2, isa), isa, why));
-    EXPECT_NE(why.find("panel"), std::string::npos) << why;
+    for (const std::int64_t l2 : {std::int64_t{512} << 10, std::int64_t{2} << 20}) {
+      CpuModel cpu = host_cpu_model();
+      cpu.l2_bytes = l2;
+      const cpu::PointwiseBlocking b = cpu::pointwise_blocking(huge, cpu, 2, GetParam());
+      const std::int64_t unit = b.nv * (GetParam() == Isa::avx2 ? 8 : 16);
+      EXPECT_LT(b.chunk, huge.Cout_g);
+      EXPECT_GE(b.kp, b.chunk);
+      EXPECT_LE((b.width * b.kp + b.chunk * unit + b.width * unit) * 4, l2 * 3 / 4) << l2;
+    }
   }
   Case kernel = ok, strided = ok, padded = ok, last = ok, views = ok;
   kernel.kernel = {1, 1, 2};

@@ -10,15 +10,53 @@
 #include "problem/checked.hpp"
 
 namespace conv3d_dx::cpu {
+
+// Tiles of kMinWidth to kMaxWidth pixels of one image: wider tiles read each channel block's filter fewer
+// times, but every thread should get two (where the images allow). A tile's dy is transposed into a panel
+// in chunks of reduction steps, each reduced into accumulators for all of the tile's input channels before
+// the next is transposed, so that a block's kernel calls find the panel, the block's filter for the chunk
+// and its accumulators in L2 however long the reduction (one chunk where all of it fits). Ice Lake Xeon,
+// fp32, in one process against the earlier tiles of at most 144 pixels with the whole reduction in the
+// panel (Cout -> Cin over the pixels; 12-60 alternating calls, 2 or 3 runs; 2 threads, then 1): i (2730 ->
+// 256, 4 images of 16 x 16, now 4 chunks of 683 over whole images) 0.92-0.95x the time, 1 thread
+// 0.92-0.96x; 1024 -> 1024 over 4 x 16 x 16 0.88-0.93x (0.96-1.01x); 512 -> 64 over 8 x 32 x 32 0.89-0.90x
+// (0.99x); 2048 -> 128 over 2 x 8 x 8 0.62-0.78x (0.97x); 256 -> 256 over 16 x 32 x 32 and 64 -> 512 over 2
+// images of 8 x 32 x 32 unchanged (0.93-1.03x).
+constexpr std::int64_t kMinWidth = 48, kMaxWidth = 256;
+
+PointwiseBlocking pointwise_blocking(const Problem& p, const CpuModel& cpu, int threads, Isa isa) {
+  const KernelSet& ks = kernels_for(isa);
+  const std::int64_t steps = isa == Isa::avx512_bf16 ? (p.Cout_g + 1) / 2 : p.Cout_g;
+  PointwiseBlocking b;
+  b.nv = static_cast<int>(std::min<std::int64_t>(ks.nv_for_reduction(steps), ceil_div(p.Cin_g, ks.lanes)));
+  const std::int64_t unit = b.nv * ks.lanes, channels = ceil_div(p.Cin_g, unit) * unit;
+  const std::int64_t pixels = p.y_size[0] * p.y_size[1] * p.y_size[2],
+                     images = std::max<std::int64_t>(1, p.N * p.G);
+  // Tiles enough for two per thread, as far as kMinWidth allows (then rather fewer, equal ones).
+  const std::int64_t tiles_per_image =
+      std::min(ceil_div(2 * std::int64_t{threads}, images), std::max<std::int64_t>(1, pixels / kMinWidth));
+  b.width = std::min(
+      {ceil_div(ceil_div(pixels, tiles_per_image), 6) * 6, kMaxWidth, std::max<std::int64_t>(pixels, 1)});
+  // A block's kernel calls work on the panel, the block's filter for the chunk and its accumulators:
+  // together within 3/4 of L2.
+  const auto most_steps = [&] {
+    const std::int64_t room = cpu.l2_bytes * 3 / 4 - b.width * unit * 4;
+    return std::max<std::int64_t>(16, room / (4 * (b.width + unit)) / 16 * 16 - 16);
+  };
+  // With chunks, the accumulators of all blocks (streamed back in for each chunk) within twice L2.
+  if (steps > most_steps())
+    while (b.width > kMinWidth && channels * b.width * 4 > 2 * cpu.l2_bytes) b.width -= 6;
+  b.chunk =
+      std::max<std::int64_t>(1, ceil_div(steps, std::max<std::int64_t>(1, ceil_div(steps, most_steps()))));
+  // A pixel's panel row spans an odd number of cache lines, so the rows of a kernel call's pixels do not
+  // share L1 sets.
+  b.kp = (ceil_div(b.chunk, 16) | 1) * 16;
+  return b;
+}
+
 namespace {
 
-// Pixels per tile: a multiple of 6 pixels (whole kernel calls of 6 or 3 pixels; 4-pixel ones leave a
-// partial call) that keeps the panel within kPanelBytes (in L2 beside a block's filter), from kMinWidth to
-// kMaxWidth. Each tile reads every filter block once: on i (2730 output channels, 90 pixels by this rule)
-// tiles of 96 to 192 pixels measured ~5 % faster than 48.
-constexpr std::int64_t kMinWidth = 48, kMaxWidth = 144, kPanelBytes = std::int64_t{1} << 20;
 constexpr std::int64_t kTasksPerThread = 4;  // runs of tiles per thread worth cutting images into
-constexpr std::int64_t kMaxPanelSteps = std::int64_t{1} << 18;  // a 48 MiB panel per thread at most
 constexpr std::int64_t kRows = 32;  // dy rows per transposed block (16 channel pairs); also the prefetch lead
 
 class PointwiseEngine final : public EngineImpl {
@@ -30,29 +68,30 @@ class PointwiseEngine final : public EngineImpl {
         ks_(ks),
         pairs_(pairs),
         k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
-        // A pixel's panel row spans an odd number of cache lines, so the rows of a kernel call's pixels do
-        // not share L1 sets.
-        kp_((ceil_div(k_, 16) | 1) * 16),
-        width_(std::clamp(kPanelBytes / (kp_ * 4) / 6 * 6, kMinWidth, kMaxWidth)),
-        nv_(static_cast<int>(std::min<std::int64_t>(ks.nv_for_reduction(k_), ceil_div(p_.Cin_g, ks.lanes)))),
+        blocking_(pointwise_blocking(p_, request.cpu, threads_, isa)),
+        nv_(blocking_.nv),
         unit_(nv_ * ks.lanes),
         units_(ceil_div(p_.Cin_g, unit_)),
         pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
         elem_(static_cast<std::int64_t>(dtype_size(p_.dy_dtype))),
+        width_(blocking_.width),
+        chunk_(blocking_.chunk),
+        chunks_(std::max<std::int64_t>(1, ceil_div(k_, chunk_))),
+        kp_(blocking_.kp),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding),
         direct_(!pairs && dy_reader_.as_stored()) {
     const Problem& p = p_;
-    // The packed filter; per thread a dy panel, a block of rows and an output tile (see execute).
+    const std::int64_t images = std::max<std::int64_t>(1, p.N * p.G);
+    // The packed filter; per thread a dy panel, a block of rows and the accumulators (see execute).
     const std::int64_t packed = saturating_mul(saturating_mul(p.G * units_, k_), unit_ * 4);
     check_memory(request, name(),
-                 {packed, 0, (saturating_mul(kp_, width_) + (kRows + unit_) * width_ + 48) * 4});
+                 {packed, 0, (kp_ * width_ + (kRows + acc_units() * unit_) * width_ + 48) * 4});
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed), "the packed filter");
     // Each image's pixels are cut into runs of whole tiles, enough of them to share out. A pixel's sum does
     // not depend on which tile holds it, so neither does the result.
     // (N = 0 or an empty map: one empty run, so that nothing divides by zero.)
-    const std::int64_t tiles = std::max<std::int64_t>(1, ceil_div(pixels_, width_)),
-                       images = std::max<std::int64_t>(1, p.N * p.G);
+    const std::int64_t tiles = std::max<std::int64_t>(1, ceil_div(pixels_, width_));
     const std::int64_t cuts =
         std::min(tiles, std::max<std::int64_t>(1, ceil_div(kTasksPerThread * threads_, images)));
     run_tiles_ = ceil_div(tiles, cuts);
@@ -60,6 +99,12 @@ class PointwiseEngine final : public EngineImpl {
   }
 
   std::string name() const override { return name_; }
+  std::string config() const override {
+    return "tiles of up to " + std::to_string(width_) + " pixels, channel blocks of " +
+           std::to_string(unit_) + ", reduction in " + std::to_string(chunks_) +
+           (chunks_ > 1 ? " chunks of " : " chunk of ") + std::to_string(chunk_) +
+           (pairs_ ? " channel pairs" : " channels");
+  }
 
   // Per unit of unit_ input channels (group g, block b; the last block's padding stays zero):
   // [g][b][co][unit_] fp32, or [g][b][co / 2][unit_][2] bf16.
@@ -105,63 +150,79 @@ class PointwiseEngine final : public EngineImpl {
     parallel_for(threads_, p_.N * p_.G * runs_, [&](std::int64_t begin, std::int64_t end) {
       std::vector<float> panel(static_cast<std::size_t>(kp_ * width_ + 16));  // 4-byte units
       std::vector<float> rows(static_cast<std::size_t>(kRows * width_ + 16));
-      std::vector<float> tile(static_cast<std::size_t>(unit_ * width_ + 16));
+      std::vector<float> acc(static_cast<std::size_t>(acc_units() * unit_ * width_ + 16));
       for (std::int64_t t = begin; t < end; ++t)
         run_task(t, dy, y, static_cast<float*>(align64(panel.data())),
-                 static_cast<float*>(align64(rows.data())), static_cast<float*>(align64(tile.data())));
+                 static_cast<float*>(align64(rows.data())), static_cast<float*>(align64(acc.data())));
     });
   }
 
  private:
-  // One task: a run of tiles of image (n, g). Per tile, the tile's pixels of dy are transposed into `panel`
-  // (fill_panel), then each block of unit_ input channels is reduced against it into `tile`
-  // ([pixel][unit_]) by the GEMM engine's tile kernels and stored.
-  void run_task(std::int64_t t, const void* dy, void* y, float* panel, float* rows, float* tile) const {
+  // Blocks of unit_ input channels whose accumulators are kept at once: all of them when the reduction
+  // comes in chunks, otherwise one, stored before the next is computed.
+  std::int64_t acc_units() const { return chunks_ > 1 ? units_ : 1; }
+
+  // One task: a run of tiles of image (n, g). Per tile and chunk of reduction steps, the tile's pixels of
+  // that chunk of dy are transposed into `panel` (fill_panel), then each block of unit_ input channels is
+  // reduced against it into its accumulators ([pixel][unit_], continuing the sums of the chunks before) by
+  // the GEMM engine's tile kernels, and stored after the last chunk. Each pixel's sum runs over the output
+  // channels in order, as one reduction would: the chunking changes no bit.
+  void run_task(std::int64_t t, const void* dy, void* y, float* panel, float* rows, float* acc) const {
     const std::int64_t run = t % runs_, g = t / runs_ % p_.G, n = t / runs_ / p_.G;
     const auto &ds = p_.dy_strides, &ys = p_.y_strides;
     const std::int64_t p_end = std::min(pixels_, (run + 1) * run_tiles_ * width_);
     const std::int64_t unit_elems = pairs_ ? 2 : 1;  // dy elements per panel unit (an fp32 value or a pair)
     for (std::int64_t p0 = run * run_tiles_ * width_; p0 < p_end; p0 += width_) {
-      const std::int64_t m = std::min(width_, p_end - p0);
-      const bool tiny = fill_panel(dy, n * ds[0] + g * p_.Cout_g * ds[1] + p0, m, panel, rows);
-      // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
-      const auto& table = !pairs_ ? ks_.f32[nv_] : tiny_filter_ || tiny ? ks_.bf16_exact[nv_] : ks_.bf16[nv_];
-      const std::int64_t calls = ceil_div(m, ks_.max_m[nv_]);
-      for (std::int64_t u = 0; u < units_; ++u) {
-        TapRef tap{0, static_cast<const char*>(wpack_.get()) + (g * units_ + u) * k_ * unit_ * 4, k_, 0, 0};
-        for (std::int64_t j = 0; j < calls; ++j) {  // the tile's pixels in near-equal kernel calls
-          const auto [j0, mj] = even_part(m, calls, j);
-          tap.dy_off = j0 * kp_ * unit_elems;
-          tap.hi = static_cast<std::int32_t>(mj);
-          table[mj](TileArgs{panel, kp_ * unit_elems, unit_elems, &tap, 1, tile + j0 * unit_, unit_, false});
+      const std::int64_t m = std::min(width_, p_end - p0), calls = ceil_div(m, ks_.max_m[nv_]);
+      for (std::int64_t c = 0; c < chunks_; ++c) {
+        const std::int64_t q0 = c * chunk_, q1 = std::min(k_, q0 + chunk_);
+        const bool tiny = fill_panel(dy, n * ds[0] + g * p_.Cout_g * ds[1] + p0, q0, q1, m, panel, rows);
+        // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
+        const auto& table = !pairs_                ? ks_.f32[nv_]
+                            : tiny_filter_ || tiny ? ks_.bf16_exact[nv_]
+                                                   : ks_.bf16[nv_];
+        for (std::int64_t u = 0; u < units_; ++u) {
+          float* const tile = acc + (chunks_ > 1 ? u : 0) * width_ * unit_;
+          TapRef tap{0, static_cast<const char*>(wpack_.get()) + ((g * units_ + u) * k_ + q0) * unit_ * 4,
+                     q1 - q0, 0, 0};
+          for (std::int64_t j = 0; j < calls; ++j) {  // the tile's pixels in near-equal kernel calls
+            const auto [j0, mj] = even_part(m, calls, j);
+            tap.dy_off = j0 * kp_ * unit_elems;
+            tap.hi = static_cast<std::int32_t>(mj);
+            table[mj](
+                TileArgs{panel, kp_ * unit_elems, unit_elems, &tap, 1, tile + j0 * unit_, unit_, c > 0});
+          }
+          if (c + 1 < chunks_) continue;
+          const std::int64_t c0 = u * unit_, valid = std::min<std::int64_t>(unit_, p_.Cin_g - c0);
+          store_channel_first(p_, ks_, tile, unit_, m, valid, y, n * ys[0] + (g * p_.Cin_g + c0) * ys[1] + p0,
+                              ys[1]);
         }
-        const std::int64_t c0 = u * unit_, valid = std::min<std::int64_t>(unit_, p_.Cin_g - c0);
-        store_channel_first(p_, ks_, tile, unit_, m, valid, y, n * ys[0] + (g * p_.Cin_g + c0) * ys[1] + p0,
-                            ys[1]);
       }
     }
   }
 
-  // panel[i][q] = the tile's pixel i in dy row q (fp32), or rows 2q and 2q + 1 as a bf16 pair (the pair of
-  // an odd Cout_g's last row holds +0), for m pixels from dy element `at`: blocks of kRows rows transposed
-  // straight from dy when they are exact fp32 or bf16, otherwise first widened into `rows`. Returns whether
-  // a bf16 pair holds a tiny value (tiny_bf16).
-  bool fill_panel(const void* dy, std::int64_t at, std::int64_t m, float* panel, float* rows) const {
+  // panel[i][q - q0] = the tile's pixel i in dy row q (fp32), or rows 2q and 2q + 1 as a bf16 pair (the
+  // pair of an odd Cout_g's last row holds +0), for reduction steps [q0, q1) and m pixels from dy element
+  // `at`: blocks of kRows rows transposed straight from dy when they are exact fp32 or bf16, otherwise first
+  // widened into `rows`. Returns whether a bf16 pair holds a tiny value (tiny_bf16).
+  bool fill_panel(const void* dy, std::int64_t at, std::int64_t q0, std::int64_t q1, std::int64_t m,
+                  float* panel, float* rows) const {
     const std::int64_t cs = p_.dy_strides[1], row_bytes = m * elem_;
+    const std::int64_t first = pairs_ ? 2 * q0 : q0, last = std::min(p_.Cout_g, pairs_ ? 2 * q1 : q1);
     // Rows lie a plane apart in dy: too far for the hardware prefetchers, so each block's rows are
     // requested while the block before is transposed.
     const auto* dy_bytes = static_cast<const char*>(dy);
     const auto prefetch = [&](std::int64_t r0) __attribute__((always_inline)) {
-      for (std::int64_t r = r0; r < std::min(r0 + kRows, p_.Cout_g); ++r)
+      for (std::int64_t r = r0; r < std::min(r0 + kRows, last); ++r)
         prefetch_bytes(dy_bytes + (at + r * cs) * elem_, row_bytes);
     };
-    prefetch(0);
+    prefetch(first);
     bool tiny = false;
-    for (std::int64_t r0 = 0; r0 < p_.Cout_g; r0 += kRows) {
+    for (std::int64_t r0 = first; r0 < last; r0 += kRows) {
       prefetch(r0 + kRows);
-      const std::int64_t nr = std::min(kRows, p_.Cout_g - r0), src = at + r0 * cs;
+      const std::int64_t nr = std::min(kRows, last - r0), src = at + r0 * cs;
       if (pairs_) {
-        auto* out = reinterpret_cast<std::uint16_t*>(panel) + r0;
+        auto* out = reinterpret_cast<std::uint16_t*>(panel) + (r0 - first);
         const auto* in = static_cast<const std::uint16_t*>(dy) + src;
         if (nr % 2 == 0) {
           tiny |= ks_.transpose_bf16_pairs(in, cs, nr, m, out, 2 * kp_);
@@ -173,8 +234,8 @@ class PointwiseEngine final : public EngineImpl {
         std::fill(block + nr * width_, block + (nr + 1) * width_, std::uint16_t{0});
         tiny |= ks_.transpose_bf16_pairs(block, width_, nr + 1, m, out, 2 * kp_);
       } else if (direct_) {
-        ks_.store_transposed(dy_bytes + src * elem_, p_.dy_dtype == DType::bf16, cs, nr, m, panel + r0,
-                             StoreType::f32, kp_, false);
+        ks_.store_transposed(dy_bytes + src * elem_, p_.dy_dtype == DType::bf16, cs, nr, m,
+                             panel + (r0 - first), StoreType::f32, kp_, false);
       } else {
         if (dy_reader_.widens(ks_)) {  // widened exactly (with the input rounding), run by run
           for (std::int64_t r = 0; r < nr; ++r) dy_reader_.widen(ks_, dy, src + r * cs, m, rows + r * width_);
@@ -184,7 +245,7 @@ class PointwiseEngine final : public EngineImpl {
               for (std::int64_t i = 0; i < m; ++i) rows[r * width_ + i] = get(src + r * cs + i);
           });
         }
-        ks_.store_transposed(rows, false, width_, nr, m, panel + r0, StoreType::f32, kp_, false);
+        ks_.store_transposed(rows, false, width_, nr, m, panel + (r0 - first), StoreType::f32, kp_, false);
       }
     }
     return tiny;
@@ -194,15 +255,17 @@ class PointwiseEngine final : public EngineImpl {
   Problem p_;
   int threads_;
   const KernelSet& ks_;
-  bool pairs_;                             // bf16 channel pairs through vdpbf16ps
-  std::int64_t k_;                         // reduction steps: Cout_g, or channel pairs
-  std::int64_t kp_;                        // 4-byte units per pixel of the panel, k_ and padding
-  std::int64_t width_;                     // pixels per tile
+  bool pairs_;      // bf16 channel pairs through vdpbf16ps
+  std::int64_t k_;  // reduction steps: Cout_g, or channel pairs
+  PointwiseBlocking blocking_;
   int nv_;                                 // vectors of input channels per kernel call
   std::int64_t unit_;                      // input channels per block: nv_ vectors
   std::int64_t units_;                     // blocks of unit_ input channels per group
   std::int64_t pixels_;                    // per image: D x H x W, one contiguous row in both tensors
   std::int64_t elem_;                      // bytes per dy element
+  std::int64_t width_;                     // pixels per tile
+  std::int64_t chunk_, chunks_;            // reduction steps per panel, panels per tile
+  std::int64_t kp_;                        // 4-byte units per pixel of the panel: a chunk and padding
   std::int64_t run_tiles_ = 1, runs_ = 1;  // tiles per task, tasks per image
   AlignedPtr wpack_;
   bool tiny_filter_ = false;  // the packed bf16 filter holds a tiny value (tiny_bf16)
@@ -229,8 +292,6 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
     why_not = "channels are contiguous (the GEMM engine's layout)";
   else if (!contiguous_planes(p.dy_strides, p.dy_size) || !contiguous_planes(p.y_strides, p.y_size))
     why_not = "feature-map planes are not contiguous";
-  else if (p.Cout_g > kMaxPanelSteps * (pairs ? 2 : 1))
-    why_not = "Cout/groups is " + std::to_string(p.Cout_g) + ": its per-thread dy panel would be too large";
   else if (pairs && p.dy_dtype != DType::bf16)
     why_not = std::string("dy is ") + to_string(p.dy_dtype) + ", not bf16";
   if (!why_not.empty()) return nullptr;
