@@ -262,8 +262,9 @@ TEST_F(GemmConfigTest, WTapsShareDyLoadsWhereTheTilesExist) {
   }
 }
 
-// Row tiles store y uncached only where they write it directly (fp32, contiguous channels), its pixels are
-// whole 64-byte lines and y is over twice the threads' L2 together.
+// Row tiles store y uncached only where they write it directly (fp32, contiguous channels) and its pixels
+// are whole 64-byte lines, or where a channel-first fp32 y is stored from staged rows; and y is over twice
+// the threads' L2 together.
 TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
   Case c;
   c.Cin = 64;
@@ -276,9 +277,12 @@ TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
   cpu::GemmTuning never;
   never.uncached_y = 0;
   EXPECT_FALSE(cpu::gemm_config(p, with_l2(256 << 10), Isa::avx512, 2, never).uncached_y);
-  Case ncdhw = c;  // y staged a row at a time, stored per channel
+  Case ncdhw = c;  // y staged a row at a time, stored per channel in runs of 16 pixels: those that are lines
   ncdhw.data_format = Layout::NCDHW;
-  EXPECT_FALSE(cpu::gemm_config(problem_of(ncdhw), with_l2(256 << 10), Isa::avx512, 2).uncached_y);
+  EXPECT_TRUE(cpu::gemm_config(problem_of(ncdhw), with_l2(256 << 10), Isa::avx512, 2).uncached_y);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(ncdhw), with_l2(1 << 20), Isa::avx512, 2).uncached_y);
+  ncdhw.Cin = 72;  // channels need not be whole lines there
+  EXPECT_TRUE(cpu::gemm_config(problem_of(ncdhw), with_l2(256 << 10), Isa::avx512, 2).uncached_y);
   const Case bf16_y = with_dtype(c, DType::bf16);
   EXPECT_FALSE(cpu::gemm_config(problem_of(bf16_y), with_l2(256 << 10), Isa::avx512, 2).uncached_y);
   cpu::GemmTuning always;

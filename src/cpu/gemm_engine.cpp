@@ -1058,7 +1058,6 @@ class GemmEngine final : public EngineImpl {
               }
           }
         }
-    if (stored_uncached) _mm_sfence();  // this thread's non-temporal stores, before the threads join
     if (config_.staged && !plane_direct)
       for (std::int64_t q = q0; q < q1; ++q)
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
@@ -1068,6 +1067,8 @@ class GemmEngine final : public EngineImpl {
           else
             zero_y(W.in, valid, q / D.in, c0, q % D.in, ih, 0, 1, y);
         }
+    // This thread's non-temporal stores, before the threads join.
+    if (stored_uncached || (config_.uncached_y && !config_.y_direct)) _mm_sfence();
   }
 
   // One flat task: y plane q = t % tasks_per_block_ of one channel block. Each (H phase, W phase) pair's
@@ -1257,7 +1258,7 @@ class GemmEngine final : public EngineImpl {
     } else if (s[1] == 1) {  // channels contiguous: one run per pixel
       for (std::int64_t p = 0; p < m; ++p) store_run(p_, ks_, tile + p * cbw, 1, y, base + p * ps, 1, valid);
     } else if (ps == 1) {
-      store_channel_first(p_, ks_, tile, cbw, m, valid, y, base, s[1]);
+      store_channel_first(p_, ks_, tile, cbw, m, valid, y, base, s[1], config_.uncached_y);
     } else {  // one run per channel across the pixels
       for (std::int64_t c = 0; c < valid; ++c) store_run(p_, ks_, tile + c, cbw, y, base + c * s[1], ps, m);
     }

@@ -8,8 +8,10 @@
 
 namespace conv3d_dx::cpu {
 
-// The element type store_transposed writes.
-enum class StoreType : std::uint8_t { f32, bf16, fp16 };
+// The element type store_transposed writes. f32_uncached: fp32 whose runs of whole 64-byte lines skip the
+// caches (non-temporal stores, AVX-512; elsewhere plain stores); the caller runs _mm_sfence before other
+// threads read them.
+enum class StoreType : std::uint8_t { f32, f32_uncached, bf16, fp16 };
 
 // Reduction step s < k of tap t for pixel p of the tile reads dy[dy_off + p * dy_ps + s * dy_cs] (one fp32
 // value, or a bf16 pair of channels, then dy_cs is 2); only pixels in [lo, hi) have that tap inside dy.

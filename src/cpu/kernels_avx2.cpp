@@ -312,7 +312,9 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
       transpose8(t);
       for (std::int64_t c = 0; c < cn; ++c) {
         const std::int64_t at = (c0 + c) * y_cs + r0;
-        if (y_type == StoreType::f32) {
+        // Uncached too: a 32-byte non-temporal store fills half a line, and the other half comes 8 channels
+        // later, by when the write-combining buffer may have been flushed as a partial line.
+        if (y_type == StoreType::f32 || y_type == StoreType::f32_uncached) {
           if (rn == 8)
             _mm256_storeu_ps(static_cast<float*>(y) + at, t[c]);
           else

@@ -450,7 +450,10 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
         if (c >= cn) return;
         const std::int64_t at = (c0 + c) * y_cs + r0;
         const bool bf16 = y_type == StoreType::bf16;
-        if (y_type == StoreType::f32) {
+        if (y_type == StoreType::f32_uncached && rn == 16 &&
+            reinterpret_cast<std::uintptr_t>(static_cast<float*>(y) + at) % 64 == 0) {
+          _mm512_stream_ps(static_cast<float*>(y) + at, t[c]);
+        } else if (y_type == StoreType::f32 || y_type == StoreType::f32_uncached) {
           _mm512_mask_storeu_ps(static_cast<float*>(y) + at, rmask, t[c]);
         } else if (has_nan(t[c], rmask)) {
           alignas(64) float v[16];

@@ -188,14 +188,15 @@ void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int
 }
 
 void store_channel_first(const Problem& p, const KernelSet& ks, const float* tile, std::int64_t tile_rs,
-                         std::int64_t m, std::int64_t valid, void* y, std::int64_t at,
-                         std::int64_t c_stride) {
+                         std::int64_t m, std::int64_t valid, void* y, std::int64_t at, std::int64_t c_stride,
+                         bool uncached) {
   if (ks.store_transposed == nullptr) {  // one strided run per channel
     for (std::int64_t c = 0; c < valid; ++c) store_run(p, ks, tile + c, tile_rs, y, at + c * c_stride, 1, m);
   } else if (const auto type = transposed_store_type(p.y_dtype)) {
     ks.store_transposed(tile, false, tile_rs, m, valid,
-                        static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p.y_dtype)), *type,
-                        c_stride, p.overflow == OverflowMode::saturate);
+                        static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p.y_dtype)),
+                        uncached && *type == StoreType::f32 ? StoreType::f32_uncached : *type, c_stride,
+                        p.overflow == OverflowMode::saturate);
   } else {  // 8-bit y: blocks of pixels transposed to one fp32 run per channel, each encoded as a whole
     constexpr std::int64_t kPixels = 64;
     alignas(64) float runs[kMaxNv * 16 * kPixels];

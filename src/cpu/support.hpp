@@ -191,8 +191,10 @@ void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int
 
 // Writes tile [m][tile_rs] fp32 (the first `valid` values of each row: channels of one pixel) to y with
 // channels c_stride apart and pixels contiguous: y[at + c * c_stride + i] = tile[i * tile_rs + c], rounded
-// to y's dtype with the problem's overflow mode. valid <= kMaxNv * 16.
+// to y's dtype with the problem's overflow mode. valid <= kMaxNv * 16. uncached: an fp32 y's whole 64-byte
+// lines skip the caches where the kernels can (StoreType::f32_uncached; the caller fences).
 void store_channel_first(const Problem& p, const KernelSet& ks, const float* tile, std::int64_t tile_rs,
-                         std::int64_t m, std::int64_t valid, void* y, std::int64_t at, std::int64_t c_stride);
+                         std::int64_t m, std::int64_t valid, void* y, std::int64_t at, std::int64_t c_stride,
+                         bool uncached = false);
 
 }  // namespace conv3d_dx::cpu
