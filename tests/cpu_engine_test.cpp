@@ -183,10 +183,11 @@ TEST_P(CpuIsa, RandomSweepAllDtypesAndLayouts) {
 // Tiles stored uncached into y (non-temporal stores of whole 64-byte lines) store the same bits as plain
 // stores: into a 64-byte aligned y (where the config allows them, every tile of a full block then takes
 // them; NCDHW, every staged row's 16-pixel runs), into the same y 16 bytes off (no tile or run may; plain
-// stores for all) and with them off. Several and narrower last channel blocks, two groups, channels per
-// group that are not whole lines (channels_last: the config then declines), strides 1 and 2, 1 and 2
-// threads, both layouts (NCDHW rows of 32 pixels: whole lines); nothing written outside y; exact against
-// the reference.
+// stores for all) and with them off. Row and plane tasks (plane tasks channels_last: tiles that one tap
+// group writes alone; groups of 2 (kd, kh) pairs, so others are summed by several), several and narrower
+// last channel blocks, two groups, channels per group that are not whole lines (channels_last: the config
+// then declines), strides 1 and 2, 1 and 2 threads, both layouts (NCDHW rows of 32 pixels: whole lines);
+// nothing written outside y; exact against the reference.
 TEST_P(CpuIsa, UncachedYStoresMatchPlainStoresBitwise) {
   std::mt19937_64 rng(29);
   const bool pairs = GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16;
@@ -196,52 +197,56 @@ TEST_P(CpuIsa, UncachedYStoresMatchPlainStoresBitwise) {
   for (const Channels ch : {Channels{64, 1}, Channels{80, 1}, Channels{31, 1}, Channels{64, 2}})
     for (const std::int64_t s : {1, 2})
       for (const int threads : {1, 2})
-        for (const Layout layout : {Layout::NDHWC, Layout::NCDHW}) {
-          Case c = with_dtype(Case{}, pairs ? DType::bf16 : DType::f32);
-          c.data_format = layout;
-          c.y_dtype = DType::f32;
-          c.N = 2;
-          c.Cin = ch.cin;
-          c.groups = ch.groups;
-          c.Cout = 6 * ch.groups;
-          c.in = {3, 4, layout == Layout::NCDHW ? 32 : 17};
-          c.stride = {1, s, s};
-          c.pad_front = c.pad_back = {1, 1, 1};
-          Instance inst = instantiate(c, rng, Fill::small_integers);
-          const Problem p = validate(inst.spec);
-          if (!admit(p)) continue;
-          const std::size_t bytes = static_cast<std::size_t>(p.y_elements()) * 4;
-          cpu::AlignedPtr buffer = cpu::alloc_zeroed64(bytes + 64, "test y");
-          unsigned char* const aligned = static_cast<unsigned char*>(buffer.get());
-          const std::string name = c.name() + ", threads " + std::to_string(threads);
-          std::vector<std::vector<unsigned char>> results;
-          for (const auto& [uncached, offset] : {std::pair{1, 0}, std::pair{1, 16}, std::pair{0, 0}}) {
-            cpu::GemmTuning tuning;
-            tuning.uncached_y = uncached;
-            std::string why;
-            auto engine = cpu::make_gemm(named_request(p, threads, GetParam()), GetParam(), tuning, why);
-            ASSERT_TRUE(engine) << why;
-            // AMX tiles go through a staging tile, never straight into y.
-            const bool allowed = uncached == 1 && GetParam() != Isa::amx_bf16 &&
-                                 (layout == Layout::NCDHW || p.Cin_g % 16 == 0);
-            EXPECT_EQ(engine->config().find("y stored uncached") != std::string::npos, allowed)
-                << name << ": " << engine->config();
-            std::vector<unsigned char> workspace(engine->workspace_bytes());
-            engine->pack_filter(inst.filter.view.data);
-            std::fill(aligned, aligned + bytes + 64, 0xAB);  // stale values: every element must be written
-            engine->execute(inst.dy.view.data, aligned + offset, workspace.data());
-            results.emplace_back(aligned + offset, aligned + offset + bytes);
-            ASSERT_TRUE(std::all_of(aligned, aligned + offset, [](unsigned char b) { return b == 0xAB; }))
-                << name;
-            ASSERT_TRUE(std::all_of(aligned + offset + bytes, aligned + bytes + 64,
-                                    [](unsigned char b) { return b == 0xAB; }))
-                << name << ": written past y";
+        for (const Layout layout : {Layout::NDHWC, Layout::NCDHW})
+          for (const int plane : {0, 1}) {
+            Case c = with_dtype(Case{}, pairs ? DType::bf16 : DType::f32);
+            c.data_format = layout;
+            c.y_dtype = DType::f32;
+            c.N = 2;
+            c.Cin = ch.cin;
+            c.groups = ch.groups;
+            c.Cout = 6 * ch.groups;
+            c.in = {3, 4, layout == Layout::NCDHW ? 32 : 17};
+            c.stride = {1, s, s};
+            c.pad_front = c.pad_back = {1, 1, 1};
+            Instance inst = instantiate(c, rng, Fill::small_integers);
+            const Problem p = validate(inst.spec);
+            if (!admit(p)) continue;
+            const std::size_t bytes = static_cast<std::size_t>(p.y_elements()) * 4;
+            cpu::AlignedPtr buffer = cpu::alloc_zeroed64(bytes + 64, "test y");
+            unsigned char* const aligned = static_cast<unsigned char*>(buffer.get());
+            const std::string name =
+                c.name() + ", threads " + std::to_string(threads) + (plane == 1 ? ", plane tasks" : "");
+            std::vector<std::vector<unsigned char>> results;
+            for (const auto& [uncached, offset] : {std::pair{1, 0}, std::pair{1, 16}, std::pair{0, 0}}) {
+              cpu::GemmTuning tuning;
+              tuning.uncached_y = uncached;
+              tuning.plane = plane;
+              tuning.dh_group = 2;
+              std::string why;
+              auto engine = cpu::make_gemm(named_request(p, threads, GetParam()), GetParam(), tuning, why);
+              ASSERT_TRUE(engine) << why;
+              // AMX tiles go through a staging tile, never straight into y.
+              const bool allowed = uncached == 1 && GetParam() != Isa::amx_bf16 &&
+                                   (layout == Layout::NCDHW || p.Cin_g % 16 == 0);
+              EXPECT_EQ(engine->config().find("y stored uncached") != std::string::npos, allowed)
+                  << name << ": " << engine->config();
+              std::vector<unsigned char> workspace(engine->workspace_bytes());
+              engine->pack_filter(inst.filter.view.data);
+              std::fill(aligned, aligned + bytes + 64, 0xAB);  // stale values: every element must be written
+              engine->execute(inst.dy.view.data, aligned + offset, workspace.data());
+              results.emplace_back(aligned + offset, aligned + offset + bytes);
+              ASSERT_TRUE(std::all_of(aligned, aligned + offset, [](unsigned char b) { return b == 0xAB; }))
+                  << name;
+              ASSERT_TRUE(std::all_of(aligned + offset + bytes, aligned + bytes + 64,
+                                      [](unsigned char b) { return b == 0xAB; }))
+                  << name << ": written past y";
+            }
+            ASSERT_TRUE(results[0] == results[1]) << name << ": uncached into aligned y vs 16 bytes off";
+            ASSERT_TRUE(results[0] == results[2]) << name << ": uncached vs plain stores";
+            std::copy(results[0].begin(), results[0].end(), static_cast<unsigned char*>(inst.y.view.data));
+            ASSERT_TRUE(exactly_reference(p, inst)) << name;
           }
-          ASSERT_TRUE(results[0] == results[1]) << name << ": uncached into aligned y vs 16 bytes off";
-          ASSERT_TRUE(results[0] == results[2]) << name << ": uncached vs plain stores";
-          std::copy(results[0].begin(), results[0].end(), static_cast<unsigned char*>(inst.y.view.data));
-          ASSERT_TRUE(exactly_reference(p, inst)) << name;
-        }
   expect_counts(0, 0);
 }
 

@@ -274,6 +274,9 @@ TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
   EXPECT_FALSE(cpu::gemm_config(p, with_l2(1 << 20), Isa::avx512, 2).uncached_y);  // 4 MiB of L2
   EXPECT_TRUE(cpu::gemm_config(p, with_l2(512 << 10), Isa::avx512, 1).uncached_y);
   EXPECT_TRUE(cpu::gemm_config(p, with_l2(256 << 10), Isa::avx512, 2).uncached_y);
+  cpu::GemmTuning planes;  // plane tasks write channel-last y in place too
+  planes.plane = 1;
+  EXPECT_TRUE(cpu::gemm_config(p, with_l2(256 << 10), Isa::avx512, 2, planes).uncached_y);
   cpu::GemmTuning never;
   never.uncached_y = 0;
   EXPECT_FALSE(cpu::gemm_config(p, with_l2(256 << 10), Isa::avx512, 2, never).uncached_y);

@@ -114,10 +114,11 @@ class GemmEngine final : public EngineImpl {
             dh_rank_[static_cast<std::size_t>(td.k * p.kernel[1] + th.k)] = rank++;
         if (config.plane_mode)
           for (std::int64_t r = first; r < rank; r += config.dh_group)
-            tap_groups_.push_back(
-                {r, std::min(r + config.dh_group, rank), static_cast<int>(rd), static_cast<int>(rh)});
+            tap_groups_.push_back({r, std::min(r + config.dh_group, rank), static_cast<int>(rd),
+                                   static_cast<int>(rh), r + config.dh_group >= rank});
       }
-    if (!config.plane_mode) tap_groups_.push_back({0, rank, -1, -1});  // a row task writes its tiles once
+    if (!config.plane_mode)
+      tap_groups_.push_back({0, rank, -1, -1, true});  // a row task writes its tiles once
     tiny_blocks_.assign(static_cast<std::size_t>(p.G) * blocks_.size(), 0);
     // A task is a group of y planes (plane mode), one y plane (flat) or one y row, of one channel block.
     const std::int64_t planes = p.N * p.y_size[0];
@@ -1017,10 +1018,15 @@ class GemmEngine final : public EngineImpl {
               }
               const std::int64_t iw0 = PW.first + W.stride * j0;
               if (plane_direct) {
+                float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
+                const bool first = written[row_tile + k] == 0;
+                // The tile's only write (no sum to read back) skips the caches as row tiles do.
+                const bool uncached = config_.uncached_y && first && group.last &&
+                                      reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
                 if (ntaps > 0)
-                  phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps,
-                                        static_cast<float*>(y) + y_at(n, c0, id, ih, iw0),
-                                        W.stride * p_.y_strides[4], written[row_tile + k] != 0});
+                  phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, W.stride * p_.y_strides[4],
+                                        !first, uncached});
+                stored_uncached |= uncached && ntaps > 0;
                 written[row_tile + k] |= static_cast<unsigned char>(ntaps > 0);
               } else if (config_.plane_mode) {
                 if (ntaps > 0)
@@ -1325,6 +1331,7 @@ class GemmEngine final : public EngineImpl {
   struct TapGroup {
     std::int64_t begin, end;  // ranks
     int d_phase, h_phase;     // the class of its pairs (-1: any, row mode)
+    bool last;                // no later group of its class: a tile it writes first it writes once
   };
   std::vector<TapGroup> tap_groups_;
   Reader dy_reader_, w_reader_;

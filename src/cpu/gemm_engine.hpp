@@ -79,9 +79,11 @@ struct GemmConfig {
   // Row tiles of full channel blocks go straight into y (fp32 with contiguous channels, not staged), except
   // AMX tiles, which always go through the staging tile.
   bool y_direct = false;
-  // Tiles written straight into an fp32 y with contiguous channels use non-temporal stores: y is too large
-  // to stay in the caches, and plain stores would first read every line of it from memory. Set only where
-  // every tile's pixels are whole 64-byte lines once y itself is 64-byte aligned (checked per call).
+  // Tiles written straight into an fp32 y with contiguous channels (in plane tasks, those written once), and
+  // the 16-pixel runs of a channel-first fp32 y's staged rows, use non-temporal stores: y is too large
+  // to stay in the caches, and plain stores would first read every line of it from memory. Channel-last:
+  // set only where every tile's pixels are whole 64-byte lines once y itself is 64-byte aligned (checked
+  // per call); channel-first: each run that is a whole aligned line.
   bool uncached_y = false;
   std::int64_t weight_budget = 0, plane_budget = 0;  // bytes of L2 for a block's filter, a staged plane
 
