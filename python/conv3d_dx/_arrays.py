@@ -147,6 +147,20 @@ HUGE_PAGE_RESULT_BYTES = 4 << 20
 ADVISE_HUGE_PAGES = os.environ.get("CONV3D_DX_MADVISE_HUGEPAGE", "1") != "0"
 
 
+# numpy results start on a 64-byte line, as torch's do (numpy's own large arrays start 16 or 32 bytes into
+# one): the engines store whole lines of y past the caches only where they are aligned.
+RESULT_ALIGNMENT = 64
+
+
+def aligned_empty(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on a RESULT_ALIGNMENT-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + RESULT_ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % RESULT_ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def allocate(like: Operand, y_dtype: str, shape: Sequence[int], data_format: str,
              keep_memory_format: bool) -> Any:
     """A new result of `like`'s kind: its element type when y has its dtype, else float32.
@@ -156,7 +170,7 @@ def allocate(like: Operand, y_dtype: str, shape: Sequence[int], data_format: str
     """
     same = y_dtype == like.dtype
     if like.kind == "numpy":
-        return np.empty(shape, dtype=like.element_type if same else np.float32)
+        return aligned_empty(shape, like.element_type if same else np.float32)
     torch = _torch()
     element_type = like.element_type if same else torch.float32
     t = like.memory

@@ -138,6 +138,20 @@ def test_hf32_saturate_and_four_value_input_size(rng):
                                                                          [0] * 6)[:, 0])
 
 
+def test_numpy_results_start_on_a_cache_line(rng):
+    # So that the engines may store whole lines of y past the caches (numpy's own large arrays start 16 or
+    # 32 bytes into a line). Small and large sizes, typed and raw dtypes; an empty one (its address is moot).
+    for shape in ([1, 2, 3, 4, 5], [1, 8, 64, 64, 16], [2, 16, 64, 64, 32], [0, 3, 3, 3, 2]):
+        for dtype in (np.float32, ml_dtypes.bfloat16, np.uint8):
+            y = conv3d_dx._arrays.aligned_empty(shape, dtype)
+            assert y.shape == tuple(shape) and y.dtype == dtype and y.flags.c_contiguous and y.flags.writeable
+            assert y.size == 0 or y.ctypes.data % 64 == 0
+    for dtype in ("fp32", "bf16"):
+        _, w, dy, _ = arrays(rng, dtype)
+        assert call(w, dy).ctypes.data % 64 == 0
+        assert call(w, dy, output_dtype="fp32").ctypes.data % 64 == 0
+
+
 def test_empty_batch():
     y = conv3d_dx.conv3d_backprop_input_v2([0, 3, 3, 3, 2], np.ones([4, 2, 1, 1, 1], np.float32),
                                            np.ones([0, 3, 3, 3, 4], np.float32), [1] * 5, [0] * 6)
