@@ -178,13 +178,11 @@ int bench_command(const std::vector<std::string>& argv) {
     Plan plan(p, options);
     const ProblemSpec& spec = jobs[j].spec;
     const std::int64_t dy_n = element_count(spec.out_backprop.shape), w_n = element_count(spec.filter.shape);
-    std::vector<std::byte> dy(static_cast<std::size_t>(std::max<std::int64_t>(dy_n, 1)) *
-                              dtype_size(p.dy_dtype));
-    std::vector<std::byte> w(static_cast<std::size_t>(std::max<std::int64_t>(w_n, 1)) *
-                             dtype_size(p.filter_dtype));
-    std::vector<std::byte> y(static_cast<std::size_t>(std::max<std::int64_t>(p.y_elements(), 1)) *
-                             dtype_size(p.y_dtype));
-    std::vector<std::byte> workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+    AlignedBytes dy(static_cast<std::size_t>(std::max<std::int64_t>(dy_n, 1)) * dtype_size(p.dy_dtype));
+    AlignedBytes w(static_cast<std::size_t>(std::max<std::int64_t>(w_n, 1)) * dtype_size(p.filter_dtype));
+    AlignedBytes y(static_cast<std::size_t>(std::max<std::int64_t>(p.y_elements(), 1)) *
+                   dtype_size(p.y_dtype));
+    AlignedBytes workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
     fill_random(p.dy_dtype, dy.data(), dy_n, 1 + j);
     fill_random(p.filter_dtype, w.data(), w_n, 1001 + j);
 

@@ -81,9 +81,9 @@ int demo_command(const std::vector<std::string>& argv) {
     Plan plan(p, plan_options);
 
     const std::int64_t dy_n = element_count(dy_shape), w_n = C * C * k * k * k;
-    std::vector<std::byte> dy(static_cast<std::size_t>(dy_n) * dtype_size(c.dtype));
-    std::vector<std::byte> w(static_cast<std::size_t>(w_n) * dtype_size(c.dtype));
-    std::vector<std::byte> y(static_cast<std::size_t>(p.y_elements()) * dtype_size(c.dtype));
+    AlignedBytes dy(static_cast<std::size_t>(dy_n) * dtype_size(c.dtype));
+    AlignedBytes w(static_cast<std::size_t>(w_n) * dtype_size(c.dtype));
+    AlignedBytes y(static_cast<std::size_t>(p.y_elements()) * dtype_size(c.dtype));
     fill_random(c.dtype, dy.data(), dy_n, 11 + static_cast<std::uint64_t>(c.stride));
     fill_random(c.dtype, w.data(), w_n, 23 + static_cast<std::uint64_t>(c.stride));
 

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "check.hpp"
 #include "commands.hpp"
 #include "npy.hpp"
 #include "problem_args.hpp"
@@ -147,7 +148,7 @@ int run_command(const std::vector<std::string>& argv) {
   Plan plan(problem, options);
 
   const std::size_t y_bytes = static_cast<std::size_t>(problem.y_elements()) * dtype_size(problem.y_dtype);
-  std::vector<std::byte> y(std::max<std::size_t>(y_bytes, 1));
+  AlignedBytes y(std::max<std::size_t>(y_bytes, 1));
   npy::AtomicWriter out(y_path);  // fails here, before the work, when the directory is not writable
   const auto start = std::chrono::steady_clock::now();
   plan.execute(data_or_dummy(dy.data), data_or_dummy(w.data), y.data());
