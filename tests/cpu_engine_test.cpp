@@ -1226,7 +1226,7 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
       CpuModel cpu = host_cpu_model();
       cpu.l2_bytes = l2;
       const cpu::PointwiseBlocking b = cpu::pointwise_blocking(huge, cpu, 2, GetParam());
-      const std::int64_t unit = b.nv * (GetParam() == Isa::avx2 ? 8 : 16);
+      const std::int64_t unit = b.nv * cpu::kernels_for(GetParam()).lanes;
       EXPECT_LT(b.chunk, huge.Cout_g);
       EXPECT_GE(b.kp, b.chunk);
       EXPECT_LE((b.width * b.kp + b.chunk * unit + b.width * unit) * 4, l2 * 3 / 4) << l2;

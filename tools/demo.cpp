@@ -7,6 +7,7 @@
 
 #include "check.hpp"
 #include "commands.hpp"
+#include "cpu/support.hpp"
 #include "problem_args.hpp"
 #include "reference/accuracy.hpp"
 #include "suite.hpp"
@@ -81,17 +82,20 @@ int demo_command(const std::vector<std::string>& argv) {
     Plan plan(p, plan_options);
 
     const std::int64_t dy_n = element_count(dy_shape), w_n = C * C * k * k * k;
-    AlignedBytes dy(static_cast<std::size_t>(dy_n) * dtype_size(c.dtype));
-    AlignedBytes w(static_cast<std::size_t>(w_n) * dtype_size(c.dtype));
-    AlignedBytes y(static_cast<std::size_t>(p.y_elements()) * dtype_size(c.dtype));
-    fill_random(c.dtype, dy.data(), dy_n, 11 + static_cast<std::uint64_t>(c.stride));
-    fill_random(c.dtype, w.data(), w_n, 23 + static_cast<std::uint64_t>(c.stride));
+    // 64-byte aligned, as PyTorch's tensors are (bench says why).
+    const cpu::AlignedPtr dy =
+        cpu::alloc_zeroed64(static_cast<std::size_t>(dy_n) * dtype_size(c.dtype), "dy");
+    const cpu::AlignedPtr w = cpu::alloc_zeroed64(static_cast<std::size_t>(w_n) * dtype_size(c.dtype), "w");
+    const cpu::AlignedPtr y =
+        cpu::alloc_zeroed64(static_cast<std::size_t>(p.y_elements()) * dtype_size(c.dtype), "y");
+    fill_random(c.dtype, dy.get(), dy_n, 11 + static_cast<std::uint64_t>(c.stride));
+    fill_random(c.dtype, w.get(), w_n, 23 + static_cast<std::uint64_t>(c.stride));
 
     // Time until 0.5 s have passed or 9 calls have run (a slow engine gets one call); report the median.
     std::vector<double> ms;
     for (double total = 0; ms.size() < 9 && total < 500;) {
       const auto start = std::chrono::steady_clock::now();
-      plan.execute(dy.data(), w.data(), y.data());
+      plan.execute(dy.get(), w.get(), y.get());
       ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       total += ms.back();
@@ -99,7 +103,7 @@ int demo_command(const std::vector<std::string>& argv) {
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
 
-    const CheckResult r = check_against_reference(p, dy.data(), w.data(), y.data(), checked_channels);
+    const CheckResult r = check_against_reference(p, dy.get(), w.get(), y.get(), checked_channels);
     all_ok = all_ok && r.ok();
     std::printf(
         "  stride %lld, %-4s: dy %lldx%lldx%lld, %.3f GFLOP, engine %s, %d threads, median %.3f ms of %zu "

@@ -4,8 +4,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "check.hpp"
 #include "commands.hpp"
+#include "cpu/support.hpp"
 #include "npy.hpp"
 #include "problem_args.hpp"
 
@@ -148,13 +148,13 @@ int run_command(const std::vector<std::string>& argv) {
   Plan plan(problem, options);
 
   const std::size_t y_bytes = static_cast<std::size_t>(problem.y_elements()) * dtype_size(problem.y_dtype);
-  AlignedBytes y(std::max<std::size_t>(y_bytes, 1));
+  const cpu::AlignedPtr y = cpu::alloc_zeroed64(y_bytes, "y");  // 64-byte aligned (bench says why)
   npy::AtomicWriter out(y_path);  // fails here, before the work, when the directory is not writable
   const auto start = std::chrono::steady_clock::now();
-  plan.execute(data_or_dummy(dy.data), data_or_dummy(w.data), y.data());
+  plan.execute(data_or_dummy(dy.data), data_or_dummy(w.data), y.get());
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  out.commit(npy::descr_for(problem.y_dtype), y_file_shape(pa), y.data(), y_bytes);
+  out.commit(npy::descr_for(problem.y_dtype), y_file_shape(pa), y.get(), y_bytes);
 
   if (pa.options.verbose) {
     print_problem(std::cerr, problem);

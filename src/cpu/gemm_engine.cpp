@@ -938,7 +938,6 @@ class GemmEngine final : public EngineImpl {
     // Non-temporal stores where the config allows them and a tile starts on a 64-byte line of y (then, by
     // the config's rule, every pixel of it does).
     const std::int64_t y_step = W.stride * p_.y_strides[4];
-    bool stored_uncached = false;
     // In plane mode such a block's tap groups accumulate in y itself rather than in a staging plane that is
     // then copied there: y starts as +0 and takes the same fp32 sums in the same order, so the same bits.
     const bool plane_direct =
@@ -1024,9 +1023,7 @@ class GemmEngine final : public EngineImpl {
                 const bool uncached = config_.uncached_y && first && group.last &&
                                       reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
                 if (ntaps > 0)
-                  phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, W.stride * p_.y_strides[4],
-                                        !first, uncached});
-                stored_uncached |= uncached && ntaps > 0;
+                  phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, y_step, !first, uncached});
                 written[row_tile + k] |= static_cast<unsigned char>(ntaps > 0);
               } else if (config_.plane_mode) {
                 if (ntaps > 0)
@@ -1039,7 +1036,6 @@ class GemmEngine final : public EngineImpl {
                 float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
                 const bool uncached = config_.uncached_y && reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
                 phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, y_step, false, uncached});
-                stored_uncached |= uncached;
               } else {
                 phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
                 store_tile(tile, m, cbw, valid, n, c0, id, ih, iw0, W.stride, y);
@@ -1073,8 +1069,8 @@ class GemmEngine final : public EngineImpl {
           else
             zero_y(W.in, valid, q / D.in, c0, q % D.in, ih, 0, 1, y);
         }
-    // This thread's non-temporal stores, before the threads join.
-    if (stored_uncached || (config_.uncached_y && !config_.y_direct)) _mm_sfence();
+    // This thread's non-temporal stores (whichever path made them), before the threads join.
+    if (config_.uncached_y) _mm_sfence();
   }
 
   // One flat task: y plane q = t % tasks_per_block_ of one channel block. Each (H phase, W phase) pair's

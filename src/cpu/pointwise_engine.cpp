@@ -61,23 +61,24 @@ constexpr std::int64_t kRows = 32;  // dy rows per transposed block (16 channel 
 
 class PointwiseEngine final : public EngineImpl {
  public:
-  PointwiseEngine(const EngineRequest& request, Isa isa, const KernelSet& ks, bool pairs)
+  // b: pointwise_blocking's for the request.
+  PointwiseEngine(const EngineRequest& request, Isa isa, const KernelSet& ks, bool pairs,
+                  const PointwiseBlocking& b)
       : name_(std::string("pointwise_") + to_string(isa)),
         p_(request.problem),
         threads_(request.threads),
         ks_(ks),
         pairs_(pairs),
         k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
-        blocking_(pointwise_blocking(p_, request.cpu, threads_, isa)),
-        nv_(blocking_.nv),
+        nv_(b.nv),
         unit_(nv_ * ks.lanes),
         units_(ceil_div(p_.Cin_g, unit_)),
         pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
         elem_(static_cast<std::int64_t>(dtype_size(p_.dy_dtype))),
-        width_(blocking_.width),
-        chunk_(blocking_.chunk),
+        width_(b.width),
+        chunk_(b.chunk),
         chunks_(std::max<std::int64_t>(1, ceil_div(k_, chunk_))),
-        kp_(blocking_.kp),
+        kp_(b.kp),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding),
         direct_(!pairs && dy_reader_.as_stored()) {
@@ -255,9 +256,8 @@ class PointwiseEngine final : public EngineImpl {
   Problem p_;
   int threads_;
   const KernelSet& ks_;
-  bool pairs_;      // bf16 channel pairs through vdpbf16ps
-  std::int64_t k_;  // reduction steps: Cout_g, or channel pairs
-  PointwiseBlocking blocking_;
+  bool pairs_;                             // bf16 channel pairs through vdpbf16ps
+  std::int64_t k_;                         // reduction steps: Cout_g, or channel pairs
   int nv_;                                 // vectors of input channels per kernel call
   std::int64_t unit_;                      // input channels per block: nv_ vectors
   std::int64_t units_;                     // blocks of unit_ input channels per group
@@ -295,7 +295,8 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   else if (pairs && p.dy_dtype != DType::bf16)
     why_not = std::string("dy is ") + to_string(p.dy_dtype) + ", not bf16";
   if (!why_not.empty()) return nullptr;
-  return std::make_unique<PointwiseEngine>(request, isa, kernels_for(isa), pairs);
+  return std::make_unique<PointwiseEngine>(request, isa, kernels_for(isa), pairs,
+                                           pointwise_blocking(p, request.cpu, request.threads, isa));
 }
 
 }  // namespace conv3d_dx::cpu

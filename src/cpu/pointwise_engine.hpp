@@ -15,9 +15,6 @@
 
 namespace conv3d_dx::cpu {
 
-// isa Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter exact in bf16), declines
-// otherwise; Isa::avx512 and Isa::avx2: any dtype and input rounding, widened exactly to fp32 (dy tile by
-// tile, as it is copied), fp32 FMAs on that ISA's tile kernels.
 // The engine's blocking for a problem on a CPU, with `isa`'s kernels (pointwise_engine.cpp says why).
 struct PointwiseBlocking {
   int nv = 1;              // vectors of input channels per channel block
@@ -27,6 +24,9 @@ struct PointwiseBlocking {
 };
 PointwiseBlocking pointwise_blocking(const Problem&, const CpuModel&, int threads, Isa isa);
 
+// isa Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter exact in bf16), declines
+// otherwise; Isa::avx512 and Isa::avx2: any dtype and input rounding, widened exactly to fp32 (dy tile by
+// tile, as it is copied), fp32 FMAs on that ISA's tile kernels.
 std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest&, Isa isa, std::string& why_not);
 
 }  // namespace conv3d_dx::cpu

@@ -74,17 +74,6 @@ Computed compute(const Case& c) {
   return r;
 }
 
-// The commands' tensors start on a cache line (as PyTorch's do), whatever their size.
-TEST(AlignedBytes, StartOnACacheLine) {
-  for (const std::size_t n : {std::size_t{1}, std::size_t{63}, std::size_t{65}, std::size_t{1} << 20,
-                              (std::size_t{1} << 24) + 16}) {
-    AlignedBytes b(n, std::byte{7});
-    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % 64, 0u) << n;
-    EXPECT_EQ(b.size(), n);
-    EXPECT_EQ(b.back(), std::byte{7});
-  }
-}
-
 TEST(Check, AcceptsTheLibraryResultAndCatchesAnError) {
   Case c;
   c.stride = {1, 2, 3};  // stride 3 > kernel 2 on W: some y are reached by no tap and must be exactly 0
