@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -279,6 +280,54 @@ TEST_P(CpuIsa, TileEdges) {
               check(c, rng, dm == 0 ? Fill::random : Fill::small_integers, b.tuning);
             }
   expect_counts(216, 108);  // the fp32 and fp16 two thirds of 324; AMX the fp32 third
+}
+
+// A y row's tap lists serve the later rows of the same filter block, tap group and (kd, kh) pairs inside
+// dy, and slots of lists are shared by rows of other (D phase, H phase) classes and blocks: D and H strides
+// 1 to 3 (up to 9 classes, more than there are slots), D and H pads 0 and 2 of a 5 x 5 kernel (rows near
+// the borders have fewer pairs), five channel blocks taken block after block and in turn, row and plane
+// tasks, W phases cut into tiles of 3 and 4 pixels that share one list, taps past the W borders, W taps
+// fused, shared or apart, 1 and 2 threads. Exact against the reference on small integers.
+TEST_P(CpuIsa, TapListsReusedAcrossRowsMatchTheReference) {
+  const int lanes = GetParam() == Isa::avx2 ? 8 : 16;
+  const bool pairs = GetParam() == Isa::avx512_bf16 || GetParam() == Isa::amx_bf16;
+  std::mt19937_64 rng(47);
+  for (const std::int64_t s : {1, 2, 3})
+    for (const std::int64_t pad : {0, 2}) {
+      Case c = with_dtype(Case{}, pairs ? DType::bf16 : DType::f32);
+      c.y_dtype = DType::f32;
+      c.Cin = 5 * lanes - 3;  // blocks 0 and 4 (narrower) of a class share a slot
+      c.Cout = 3;
+      c.in = {9, 10, 17};
+      c.kernel = {5, 5, 3};
+      c.stride = {s, s, 1};
+      c.pad_front = c.pad_back = {pad, pad, 1};
+      Instance inst = instantiate(c, rng, Fill::small_integers);
+      const Problem p = validate(inst.spec);
+      if (!admit(p)) continue;
+      std::optional<Tensor> first;  // the first run's y, exact: the others must give its bits
+      for (const int plane : {0, 1})
+        for (const int inner : {0, 1})
+          for (const bool share_w : {false, true})
+            for (const int threads : {1, 2}) {
+              cpu::GemmTuning tuning{1, 4, plane};
+              tuning.dh_group = 4;  // plane tasks: several groups per class
+              tuning.blocks_inner = inner;
+              tuning.share_w = share_w;
+              tuning.fuse_w = !share_w;
+              fill_canary(inst.y);
+              run_gemm(p, inst, GetParam(), tuning, threads);
+              const std::string name = c.name() + ", plane " + std::to_string(plane) + ", blocks in turn " +
+                                       std::to_string(inner) + ", share_w " + std::to_string(share_w) +
+                                       ", threads " + std::to_string(threads);
+              if (!first) {
+                ASSERT_TRUE(exactly_reference(p, inst)) << name;
+                first = inst.y;
+              }
+              ASSERT_TRUE(same_bits(*first, inst.y)) << name;
+            }
+    }
+  expect_counts(0, 0);
 }
 
 // W taps that reach 1 to 3 pixels past a border (5- and 7-wide kernels, dilation 1 and 2) cover parts

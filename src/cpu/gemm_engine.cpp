@@ -3,12 +3,15 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <new>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -62,6 +65,12 @@ class GemmEngine final : public EngineImpl {
         if (config.max_m[v] > 0) min_m = std::min(min_m, config.max_m[v]);
       for (const AxisPhase& pw : ax_[2].phases)
         if (pw.count > 0) row_tiles_ += ceil_div(pw.count, std::int64_t{min_m});
+    }
+    // Row tasks' and plane tasks' tiles for every block width the config offers.
+    if (!config.flat) {
+      for (int v = 1; v <= config.nv; ++v)
+        if (config.max_m[v] > 0) tilings_[static_cast<std::size_t>(v)] = row_tiling(config.max_m[v], false);
+      if (config.amx) amx_tiling_ = row_tiling(kAmxMaxM, true);
     }
     check_memory(request, name(), memory());
     // Channel blocks of config.nv vectors; the last one may be narrower.
@@ -159,10 +168,15 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
     // Per thread: tap lists, the tile and the plane-mode tiles' flags.
-    const std::int64_t scratch =
+    const std::int64_t row_lists = saturating_mul(
+        static_cast<std::int64_t>(kRowSlots),
+        saturating_add(saturating_mul(row_taps_capacity_, static_cast<std::int64_t>(sizeof(TapRef))),
+                       static_cast<std::int64_t>(row_tiles_max_ * 16)));
+    const std::int64_t scratch = saturating_add(
         saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
                                       saturating_mul(saturating_add(tile_floats_, 16), 4)),
-                       written_flags());
+                       written_flags()),
+        row_lists);
     // The packed filter when it is kept, else the block slots (allocate_packed checks the packed filter
     // against the limit if a plan that does not keep it is asked to pack it whole).
     return {saturating_add(whole_packed() ? packed_bytes() : own_blocks_bytes(), tables), workspace, scratch};
@@ -384,11 +398,83 @@ class GemmEngine final : public EngineImpl {
     own_blocks_ = std::move(blocks);  // only once all are allocated: a refusal leaves none
   }
 
+  // The tiles of a y row, all W phases in order, for one tile width limit: W phase pw's are tiles
+  // [begin[pw], begin[pw + 1]), each the phase's pixels [j0, j0 + m), inside when every W tap of the phase
+  // reaches dy for all of them (with AMX every tile: the halo stands in for pixels outside dy).
+  struct RowTile {
+    std::int64_t j0;
+    int m;
+    bool inside;
+  };
+  struct RowTiling {
+    std::vector<RowTile> tiles;
+    std::vector<std::size_t> begin;
+  };
+  // Plane mode's (kd, kh) pairs in groups whose filter fits in L2 (one group in row mode).
+  struct TapGroup {
+    std::int64_t begin, end;  // ranks
+    int d_phase, h_phase;     // the class of its pairs (-1: any, row mode)
+    bool last;                // no later group of its class: a tile it writes first it writes once
+  };
+  // The row tiling for tiles of up to max_m pixels: the FMA kernels share a phase's pixels out evenly; AMX
+  // tiles are of one width (the last may be narrower), as few as max_m allows: a tile costs the same for any
+  // number of pixels up to 16 per row tile, and a change of width reloads the tile configuration (~300
+  // cycles). Grows the room for a row's tap lists to this tiling's.
+  RowTiling row_tiling(int max_m, bool amx) {
+    const Axis& W = ax_[2];
+    RowTiling tiling;
+    std::int64_t row_taps = 0;
+    for (const AxisPhase& PW : W.phases) {
+      tiling.begin.push_back(tiling.tiles.size());
+      const std::int64_t nblk = ceil_div(PW.count, max_m), amx_m = nblk > 0 ? ceil_div(PW.count, nblk) : 0;
+      // The phase's tiles with a list of their own: those not inside, and one inside.
+      std::int64_t lists = 0;
+      bool any_inside = false;
+      for (std::int64_t k = 0; k < nblk; ++k) {
+        const auto [j0, m] =
+            amx ? std::pair{k * amx_m, std::min(amx_m, PW.count - k * amx_m)} : even_part(PW.count, nblk, k);
+        const bool inside = amx || (!PW.taps.empty() && j0 + PW.taps.back().off >= 0 &&
+                                    j0 + m - 1 + PW.taps.front().off < W.out);
+        tiling.tiles.push_back({j0, static_cast<int>(m), inside});
+        lists += inside && any_inside ? 0 : 1;
+        any_inside = any_inside || inside;
+      }
+      // A list holds at most a TapRef per W tap of each (kd, kh) pair.
+      const std::int64_t per_list = saturating_mul(
+          p_.kernel[0] * p_.kernel[1], std::max<std::int64_t>(1, static_cast<std::int64_t>(PW.taps.size())));
+      row_taps = saturating_add(row_taps, saturating_mul(lists, per_list));
+    }
+    tiling.begin.push_back(tiling.tiles.size());
+    row_taps_capacity_ = std::max(row_taps_capacity_, row_taps);
+    row_tiles_max_ = std::max(row_tiles_max_, tiling.tiles.size());
+    return tiling;
+  }
+
   // Plane mode summing in an fp32 channel-last y: a flag per tile of a task's y rows (see run_task).
   std::int64_t written_flags() const {
     const bool in_y = config_.plane_mode && p_.y_dtype == DType::f32 && p_.y_strides[1] == 1;
     return in_y ? saturating_mul(config_.planes_per_task * p_.y_size[1], row_tiles_) : 0;
   }
+
+  // The tap lists of one y row's tiles for one tap group (row_taps): each tile's own, but a W phase's inside
+  // tiles share one. Their dy offsets count from each tile's first dy pixel and their widths to the tile's
+  // end (kToTileEnd), so the lists of one row serve every row of the same key: the same filter block,
+  // tiling and group, and the same (kd, kh) pairs inside dy.
+  struct RowKey {
+    const char* wblock;
+    const RowTiling* tiling;
+    const TapGroup* group;
+    std::int64_t rd, d_first, d_end, rh, h_first, h_end;
+    bool operator==(const RowKey&) const = default;
+  };
+  struct RowTaps {
+    std::optional<RowKey> key;  // of the lists held, if any
+    std::unique_ptr<TapRef[]> taps;
+    std::vector<std::pair<std::int64_t, std::int64_t>> lists;  // per tile of the tiling: first tap, count
+  };
+  // Rows of different (D phase, H phase) classes or blocks take turns (stride 2, blocks_inner): each keeps
+  // its lists in a slot of its own where there are enough.
+  static constexpr std::size_t kRowSlots = 4;
 
   // Per-thread buffers of run_task.
   struct TaskScratch {
@@ -396,11 +482,18 @@ class GemmEngine final : public EngineImpl {
         : taps(static_cast<std::size_t>(e.taps_)),
           tile(static_cast<std::size_t>(e.tile_floats_ + 16)),
           written(static_cast<std::size_t>(e.written_flags())),
-          reached(e.flat_regions_.size()) {}
-    std::vector<TapRef> taps;
+          reached(e.flat_regions_.size()) {
+      if (e.config_.flat) return;
+      for (RowTaps& r : rows) {
+        r.taps.reset(new TapRef[static_cast<std::size_t>(e.row_taps_capacity_)]);
+        r.lists.resize(e.row_tiles_max_);
+      }
+    }
+    std::vector<TapRef> taps;  // flat planes' list
     std::vector<float> tile;
     std::vector<unsigned char> written;  // plane mode, in y: per tile, whether a tap group has written it
     std::vector<unsigned char> reached;  // flat planes: per region, whether any tap reaches it
+    std::array<RowTaps, kRowSlots> rows;
   };
 
   // Block layout: fp32 [tap][kpad][nv*lanes]; bf16 [tap][kpad/2][nv*lanes][2]. Padding stays zero (the
@@ -920,15 +1013,11 @@ class GemmEngine final : public EngineImpl {
     const bool exact = tiny_blocks_[static_cast<std::size_t>(gb)] || tiny_dy;
     const bool amx = config_.amx && !exact;
     const TileFn(*fns_nv)[kMaxM + 1] = !bf16_ ? ks_.f32 : exact ? ks_.bf16_exact : ks_.bf16;
-    TapRef* taps = scratch.taps.data();
     float* tile = static_cast<float*>(align64(scratch.tile.data()));
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
                        steps = bf16_ ? kpad_ / 2 : kpad_;
     const TileFn* const fns = amx ? amx_kernels().tile[b.nv] : fns_nv[b.nv];
-    // AMX tiles of a phase are of one width (the last may be narrower), as few as kAmxMaxM allows: a tile
-    // costs the same for any number of pixels up to 16 per row tile, and a change of width reloads the tile
-    // configuration (~300 cycles). The other kernels share a phase's pixels out evenly.
-    const int max_m = amx ? kAmxMaxM : config_.max_m[b.nv];
+    const RowTiling& tiling = amx ? amx_tiling_ : tilings_[static_cast<std::size_t>(b.nv)];
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
     const std::int64_t row_floats = W.in * cbw, plane_floats = (ih1 - ih0) * row_floats;
     const std::int64_t c0 = g * p_.Cin_g + b.ci0;  // the block's first channel of y
@@ -964,6 +1053,7 @@ class GemmEngine final : public EngineImpl {
         if (group.d_phase >= 0 && rd != group.d_phase) continue;
         const AxisPhase& PD = D.phases[static_cast<std::size_t>(rd)];
         const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
+        const auto [d_first, d_end] = D.valid_taps(PD, jd);
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
           const std::int64_t jh = H.j_of(ih), rh = H.phase_of(ih);
           if (group.h_phase >= 0 && rh != group.h_phase) continue;
@@ -978,70 +1068,54 @@ class GemmEngine final : public EngineImpl {
             if (zeroes) zero_y(W.in, p_.Cin_g, n, g * p_.Cin_g, id, ih, 0, 1, y);
             continue;
           }
-          std::int64_t row_tile = ((q - q0) * H.in + ih) * row_tiles_;  // plane_direct: the row's first tile
-          for (const AxisPhase& PW : W.phases) {
-            if (PW.count == 0) continue;
+          const std::int64_t row_tile = ((q - q0) * H.in + ih) * row_tiles_;  // plane_direct: the row's flags
+          const auto [h_first, h_end] = H.valid_taps(PH, jh);
+          const std::size_t slot = static_cast<std::size_t>((rd * H.stride + rh) * nb + gb % nb) % kRowSlots;
+          const RowTaps& lists =
+              row_taps(scratch.rows[slot], {wblock, &tiling, &group, rd, d_first, d_end, rh, h_first, h_end},
+                       jd, jh, amx, tap_bytes, steps);
+          for (std::size_t pw = 0; pw < W.phases.size(); ++pw) {
+            const AxisPhase& PW = W.phases[pw];
             if (PW.taps.empty() && !config_.plane_mode && !config_.staged) {
-              if (zeroes) zero_y(PW.count, p_.Cin_g, n, g * p_.Cin_g, id, ih, PW.first, W.stride, y);
+              if (zeroes && PW.count > 0)
+                zero_y(PW.count, p_.Cin_g, n, g * p_.Cin_g, id, ih, PW.first, W.stride, y);
               continue;
             }
-            const std::int64_t nblk = ceil_div(PW.count, max_m);
-            // Shared W taps (phases of more than one): the phase's tiles by its tap count; a tile reads m +
-            // nt - 1 dy pixels.
+            // Shared W taps (phases of more than one): the phase's tiles by its tap count.
             const std::int64_t nt = static_cast<std::int64_t>(PW.taps.size());
-            const bool shared = config_.share_w && nt > 1;
-            const TileFn* const phase_fns = shared ? ks_.f32_shared_w[nt][b.nv] : fns;
-            // A tile with every W tap inside dy for all its pixels (lo = 0, hi = m for each tap, or the m +
-            // taps - 1 dy pixels of shared taps) has the tap list of the previous such tile shifted by the
-            // pixels between them: reuse it.
-            std::int64_t ntaps = 0, built_j0 = 0;
-            bool built_inside = false;
-            for (std::int64_t k = 0; k < nblk; ++k) {
-              const std::int64_t amx_m = ceil_div(PW.count, nblk);
-              const auto [j0, m] = amx ? std::pair{k * amx_m, std::min(amx_m, PW.count - k * amx_m)}
-                                       : even_part(PW.count, nblk, k);
-              // With AMX every tile counts as inside: the halo stands in for pixels outside dy.
-              const bool inside = amx || (!PW.taps.empty() && j0 + PW.taps.back().off >= 0 &&
-                                          j0 + m - 1 + PW.taps.front().off < W.out);
-              if (inside && built_inside) {
-                for (std::int64_t i = 0; i < ntaps; ++i) {
-                  taps[i].dy_off += (j0 - built_j0) * dy_w_;
-                  taps[i].hi = static_cast<std::int32_t>(shared ? m + nt - 1 : m);
-                }
-                built_j0 = j0;
-              } else {
-                built_inside = inside;
-                built_j0 = j0;
-                ntaps = build_taps(PD, PH, PW, jd, jh, group.begin, group.end, j0, m, amx, wblock, tap_bytes,
-                                   steps, taps);
-              }
-              const std::int64_t iw0 = PW.first + W.stride * j0;
+            const TileFn* const phase_fns = config_.share_w && nt > 1 ? ks_.f32_shared_w[nt][b.nv] : fns;
+            for (std::size_t i = tiling.begin[pw]; i < tiling.begin[pw + 1]; ++i) {
+              const int m = tiling.tiles[i].m;
+              const std::int64_t j0 = tiling.tiles[i].j0, iw0 = PW.first + W.stride * j0;
+              const auto [first_tap, ntaps] = lists.lists[i];
+              const TapRef* const taps = lists.taps.get() + first_tap;
+              const void* const dy_tile = tile_dy(dy_ng, jd, jh, j0);
               if (plane_direct) {
                 float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
-                const bool first = written[row_tile + k] == 0;
+                unsigned char& written_tile = written[row_tile + static_cast<std::int64_t>(i)];
+                const bool first = written_tile == 0;
                 // The tile's only write (no sum to read back) skips the caches as row tiles do.
                 const bool uncached = config_.uncached_y && first && group.last &&
                                       reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
                 if (ntaps > 0)
-                  phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, y_step, !first, uncached});
-                written[row_tile + k] |= static_cast<unsigned char>(ntaps > 0);
+                  phase_fns[m](TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, at, y_step, !first, uncached});
+                written_tile |= static_cast<unsigned char>(ntaps > 0);
               } else if (config_.plane_mode) {
                 if (ntaps > 0)
                   phase_fns[m](
-                      TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
+                      TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
               } else if (config_.staged) {
                 phase_fns[m](
-                    TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
+                    TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
               } else if (y_direct) {
                 float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
                 const bool uncached = config_.uncached_y && reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
-                phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, at, y_step, false, uncached});
+                phase_fns[m](TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, at, y_step, false, uncached});
               } else {
-                phase_fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
+                phase_fns[m](TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
                 store_tile(tile, m, cbw, valid, n, c0, id, ih, iw0, W.stride, y);
               }
             }
-            row_tile += nblk;
           }
         }
       }
@@ -1049,16 +1123,14 @@ class GemmEngine final : public EngineImpl {
     if (plane_direct)
       for (std::int64_t q = q0; q < q1; ++q)
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
-          std::int64_t row_tile = ((q - q0) * H.in + ih) * row_tiles_;
-          for (const AxisPhase& PW : W.phases) {
-            if (PW.count == 0) continue;
-            const std::int64_t nblk = ceil_div(PW.count, max_m);
-            for (std::int64_t k = 0; k < nblk; ++k, ++row_tile)
-              if (!written[row_tile]) {
-                const auto [j0, m] = even_part(PW.count, nblk, k);
-                zero_y(m, cbw, q / D.in, c0, q % D.in, ih, PW.first + W.stride * j0, W.stride, y);
+          const unsigned char* const row_written = written + ((q - q0) * H.in + ih) * row_tiles_;
+          for (std::size_t pw = 0; pw < W.phases.size(); ++pw)
+            for (std::size_t i = tiling.begin[pw]; i < tiling.begin[pw + 1]; ++i)
+              if (!row_written[i]) {
+                const RowTile& rt = tiling.tiles[i];
+                zero_y(rt.m, cbw, q / D.in, c0, q % D.in, ih, W.phases[pw].first + W.stride * rt.j0, W.stride,
+                       y);
               }
-          }
         }
     if (config_.staged && !plane_direct)
       for (std::int64_t q = q0; q < q1; ++q)
@@ -1113,8 +1185,8 @@ class GemmEngine final : public EngineImpl {
               const auto [j0, m] = even_part(PW.count, nblk, k);
               const std::int64_t ntaps =
                   build_taps(PD, PH, PW, jd, jh, 0, dh_taps, j0, m, false, wblock, tap_bytes, steps, taps);
-              fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + (jh * flat_width_ + j0) * cbw, cbw,
-                              false});
+              fns[m](TileArgs{tile_dy(dy_ng, jd, jh, j0), dy_w_, dy_c_, taps, ntaps,
+                              reg + (jh * flat_width_ + j0) * cbw, cbw, false});
             }
           continue;
         }
@@ -1186,9 +1258,40 @@ class GemmEngine final : public EngineImpl {
     }
   }
 
+  // The tap lists of the tiles of y row (jd, jh) of the key's classes for its group: those the slot holds
+  // when they are the key's, else built there.
+  const RowTaps& row_taps(RowTaps& slot, const RowKey& key, std::int64_t jd, std::int64_t jh, bool halo,
+                          std::int64_t tap_bytes, std::int64_t steps) const {
+    if (slot.key == key) return slot;
+    slot.key = key;
+    const AxisPhase &PD = ax_[0].phases[static_cast<std::size_t>(key.rd)],
+                    &PH = ax_[1].phases[static_cast<std::size_t>(key.rh)];
+    const RowTiling& tiling = *key.tiling;
+    std::int64_t used = 0;
+    for (std::size_t pw = 0; pw < ax_[2].phases.size(); ++pw) {
+      std::size_t inside_list = 0;  // the phase's first inside tile, which built the list they share
+      bool inside_built = false;
+      for (std::size_t i = tiling.begin[pw]; i < tiling.begin[pw + 1]; ++i) {
+        const RowTile& rt = tiling.tiles[i];
+        if (rt.inside && inside_built) {
+          slot.lists[i] = slot.lists[inside_list];
+          continue;
+        }
+        const std::int64_t n =
+            build_taps(PD, PH, ax_[2].phases[pw], jd, jh, key.group->begin, key.group->end, rt.j0, rt.m, halo,
+                       key.wblock, tap_bytes, steps, slot.taps.get() + used);
+        slot.lists[i] = {used, n};
+        used += n;
+        if (rt.inside) inside_list = i, inside_built = true;
+      }
+    }
+    return slot;
+  }
+
   // The taps of the tile of m pixels from j0 of W phase PW in y row (jd of PD, jh of PH), for the (kd, kh)
   // pairs ranked in [dh_begin, dh_end) (dh_rank_): (kd, kh) in order, then W taps in packed order. Returns
-  // their number.
+  // their number. Their dy offsets are from the tile's first dy pixel, tile_dy(jd, jh, j0), and a tap that
+  // reaches the tile's last pixel reaches to kToTileEnd.
   // halo: dy rows have zero pixels beside them (AMX), so every W tap covers all m pixels.
   std::int64_t build_taps(const AxisPhase& PD, const AxisPhase& PH, const AxisPhase& PW, std::int64_t jd,
                           std::int64_t jh, std::int64_t dh_begin, std::int64_t dh_end, std::int64_t j0,
@@ -1202,7 +1305,7 @@ class GemmEngine final : public EngineImpl {
         const std::int64_t rank = dh_rank_[static_cast<std::size_t>(td.k * p_.kernel[1] + th.k)];
         if (rank < dh_begin || rank >= dh_end || !H.valid(th, jh)) continue;
         const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
-        const std::int64_t off_dh = (jd + td.off) * dy_d_ + (jh + th.off) * dy_h_;
+        const std::int64_t off_dh = td.off * dy_d_ + th.off * dy_h_;
         // W taps in packed order (decreasing k = increasing dy offset). Shared (SharedWTile, more than one
         // tap): one entry for them all from the tile's first dy pixel, with the range of its dy pixels inside
         // dy's row.
@@ -1213,31 +1316,39 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t lo = std::clamp<std::int64_t>(-q0, 0, nq), hi = std::clamp(W.out - q0, lo, nq);
           if (lo < hi)
             taps[ntaps++] = {
-                off_dh + q0 * dy_w_,
+                off_dh + wt.back().off * dy_w_,
                 wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes, steps,
-                static_cast<std::int32_t>(lo), static_cast<std::int32_t>(hi)};
+                static_cast<std::int32_t>(lo), reach(hi, nq)};
           continue;
         }
         // When the tile is inside dy for all of them and their dy values are contiguous, they form one
         // reduction: same order.
         if (nw > 1 && config_.fuse_w &&
             (halo || (j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out))) {
-          taps[ntaps++] = {off_dh + (j0 + wt.back().off) * dy_w_,
+          taps[ntaps++] = {off_dh + wt.back().off * dy_w_,
                            wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes,
-                           nw * steps, 0, static_cast<std::int32_t>(m)};
+                           nw * steps, 0, kToTileEnd};
           continue;
         }
         for (auto it = wt.rbegin(); it != wt.rend(); ++it) {
           const AxisTap& tw = *it;
           const auto [lo, hi] = halo ? std::pair<std::int64_t, std::int64_t>{0, m} : W.inside(tw, j0, m);
           if (lo >= hi) continue;
-          taps[ntaps++] = {off_dh + (j0 + tw.off) * dy_w_,
+          taps[ntaps++] = {off_dh + tw.off * dy_w_,
                            wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(tw.k)]) * tap_bytes, steps,
-                           static_cast<std::int32_t>(lo), static_cast<std::int32_t>(hi)};
+                           static_cast<std::int32_t>(lo), reach(hi, m)};
         }
       }
     }
     return ntaps;
+  }
+  // The end of a tap's pixels [lo, hi) of a tile of `last` pixels (or dy pixels, shared W taps).
+  static std::int32_t reach(std::int64_t hi, std::int64_t last) {
+    return hi == last ? kToTileEnd : static_cast<std::int32_t>(hi);
+  }
+  // The tile's first dy pixel (of y row (jd, jh), phase pixel j0) in dy_ng, the image and group's dy.
+  const void* tile_dy(const void* dy_ng, std::int64_t jd, std::int64_t jh, std::int64_t j0) const {
+    return static_cast<const char*>(dy_ng) + (jd * dy_d_ + jh * dy_h_ + j0 * dy_w_) * elem_;
   }
 
   // The element offset of y[n][c][id][ih][iw].
@@ -1316,6 +1427,10 @@ class GemmEngine final : public EngineImpl {
   std::int64_t tasks_per_block_ = 0;  // plane groups or rows
   std::int64_t tile_floats_ = 0;      // per-thread output staging: a tile, a y row or a group of y planes
   std::int64_t row_tiles_ = 0;        // plane mode: the most tiles a y row is cut into (all W phases)
+  std::array<RowTiling, kMaxNv + 1> tilings_;  // per block width nv: the FMA (or exact) kernels' tiles
+  RowTiling amx_tiling_;
+  std::int64_t row_taps_capacity_ = 0;  // the most TapRefs one y row's lists take (RowTaps)
+  std::size_t row_tiles_max_ = 0;       // the most tiles of any tiling
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,
                dy_w_ = 0;  // compute-type element strides
   // Elements from a converted dy plane's start to its row 0, pixel 0 (the AMX halo rows and pixels).
@@ -1324,11 +1439,6 @@ class GemmEngine final : public EngineImpl {
   std::vector<std::int64_t> flat_regions_;  // flat planes: first pixel of each (H, W) phase pair's region
   std::int64_t flat_pixels_ = 0;            // flat planes: pixels of all regions
   std::vector<std::int64_t> dh_rank_;       // per kd * kH + kh: its rank (see the constructor)
-  struct TapGroup {
-    std::int64_t begin, end;  // ranks
-    int d_phase, h_phase;     // the class of its pairs (-1: any, row mode)
-    bool last;                // no later group of its class: a tile it writes first it writes once
-  };
   std::vector<TapGroup> tap_groups_;
   Reader dy_reader_, w_reader_;
 };

@@ -46,6 +46,15 @@ struct Axis {
   std::pair<std::int64_t, std::int64_t> inside(const AxisTap& t, std::int64_t j0, std::int64_t m) const {
     return {std::clamp<std::int64_t>(-t.off - j0, 0, m), std::clamp<std::int64_t>(out - t.off - j0, 0, m)};
   }
+  // The taps of `phase` that land inside dy at position j, as indices [first, end) into phase.taps: they are
+  // consecutive, offsets falling along the list.
+  std::pair<std::int64_t, std::int64_t> valid_taps(const AxisPhase& phase, std::int64_t j) const {
+    const std::int64_t n = static_cast<std::int64_t>(phase.taps.size());
+    std::int64_t first = 0, end = n;
+    while (first < n && !valid(phase.taps[static_cast<std::size_t>(first)], j)) ++first;
+    while (end > first && !valid(phase.taps[static_cast<std::size_t>(end - 1)], j)) --end;
+    return {first, end};
+  }
   // Whether any tap of `phase` lands inside dy at position j (if none, y there is zero).
   bool reaches(const AxisPhase& phase, std::int64_t j) const {
     for (const AxisTap& t : phase.taps)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace conv3d_dx::cpu {
 
@@ -14,9 +15,11 @@ namespace conv3d_dx::cpu {
 enum class StoreType : std::uint8_t { f32, f32_uncached, bf16, fp16 };
 
 // Reduction step s < k of tap t for pixel p of the tile reads dy[dy_off + p * dy_ps + s * dy_cs] (one fp32
-// value, or a bf16 pair of channels, then dy_cs is 2); only pixels in [lo, hi) have that tap inside dy.
-// w: the packed filter of the tap for this channel block, [k][NV * lanes] fp32 or [k][NV * lanes][2] bf16.
-// A tap may cover several kernel taps whose dy values are contiguous (fused W taps).
+// value, or a bf16 pair of channels, then dy_cs is 2); only pixels in [lo, hi) have that tap inside dy, and
+// hi = kToTileEnd means every pixel from lo, whatever the tile's width (so one list serves tiles of several
+// widths). w: the packed filter of the tap for this channel block, [k][NV * lanes] fp32 or
+// [k][NV * lanes][2] bf16. A tap may cover several kernel taps whose dy values are contiguous (fused W taps).
+inline constexpr std::int32_t kToTileEnd = std::numeric_limits<std::int32_t>::max();
 struct TapRef {
   std::int64_t dy_off;
   const void* w;

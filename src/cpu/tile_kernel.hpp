@@ -188,7 +188,7 @@ struct Tile {
     for (std::int64_t t = 0; t < a.ntaps; ++t) {
       const TapRef& tap = a.taps[t];
       const char* w = static_cast<const char*>(tap.w);
-      const int lo = tap.lo, hi = tap.hi;
+      const int lo = tap.lo, hi = std::min(tap.hi, M);
       const std::int64_t k = tap.k;
       if (lo == 0 && hi == M)
         run<0, M>(acc, dy + tap.dy_off, ps, cs, w, k);
@@ -250,10 +250,11 @@ struct SharedWTile {
       const TapRef& tap = a.taps[t];
       const char* at = reinterpret_cast<const char*>(dy + static_cast<std::uintptr_t>(tap.dy_off * kBytes));
       const char* w = static_cast<const char*>(tap.w);
-      if (tap.lo == 0 && tap.hi == kQ)
+      const int hi = std::min(tap.hi, kQ);
+      if (tap.lo == 0 && hi == kQ)
         run<false>(acc, at, ps, cs, w, tap.k, 0, kQ);
       else
-        run<true>(acc, at, ps, cs, w, tap.k, tap.lo, tap.hi);
+        run<true>(acc, at, ps, cs, w, tap.k, tap.lo, hi);
     }
     store_accumulators<V>(acc, a);
   }
