@@ -263,8 +263,8 @@ TEST_F(GemmConfigTest, WTapsShareDyLoadsWhereTheTilesExist) {
 }
 
 // Row tiles store y uncached only where they write it directly (fp32, contiguous channels) and its pixels
-// are whole 64-byte lines, or where a channel-first fp32 y is stored from staged rows; and y is over twice
-// the threads' L2 together.
+// are whole 64-byte lines, or where a channel-first fp32 y is stored from staged rows by AVX-512; and y is
+// over twice the threads' L2 together.
 TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
   Case c;
   c.Cin = 64;
@@ -284,6 +284,9 @@ TEST_F(GemmConfigTest, TilesStoreUncachedIntoAnFp32YLargerThanTheL2s) {
   ncdhw.data_format = Layout::NCDHW;
   EXPECT_TRUE(cpu::gemm_config(problem_of(ncdhw), with_l2(256 << 10), Isa::avx512, 2).uncached_y);
   EXPECT_FALSE(cpu::gemm_config(problem_of(ncdhw), with_l2(1 << 20), Isa::avx512, 2).uncached_y);
+  if (cpu_supports(Isa::avx2)) {  // AVX2 would store 32-byte halves of lines: plainly there
+    EXPECT_FALSE(cpu::gemm_config(problem_of(ncdhw), with_l2(256 << 10), Isa::avx2, 2).uncached_y);
+  }
   ncdhw.Cin = 72;  // channels need not be whole lines there
   EXPECT_TRUE(cpu::gemm_config(problem_of(ncdhw), with_l2(256 << 10), Isa::avx512, 2).uncached_y);
   const Case bf16_y = with_dtype(c, DType::bf16);

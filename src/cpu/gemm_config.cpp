@@ -223,10 +223,12 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
                            p.stride[2] * ys[4] % 16 == 0 && c.nv * c.lanes % 16 == 0;
   c.y_direct = !c.staged && p.y_dtype == DType::f32 && ys[1] == 1;
   // An fp32 channel-first y (NCDHW: contiguous pixels) gets its staged rows' transposed 16-pixel runs the
-  // same way wherever a run is a whole, aligned line (the AVX-512 kernels; checked per run). Ice Lake Xeon,
+  // same way wherever a run is a whole, aligned line (the AVX-512 kernels; AVX2's 32-byte halves would leave
+  // partial lines; runs start on lines whatever the row's alignment, store_channel_first). Ice Lake Xeon,
   // NCDHW, 64-byte aligned y, in one process against plain stores (16 alternating calls, 2 threads):
   // unet_up 0.79x the time, b 0.89x, k311 0.89x, d 0.92x, a and vae 0.99x; 1 thread b 0.89x, k311 0.95x.
-  const bool channel_first = c.staged && p.y_dtype == DType::f32 && ys[1] != 1 && ys[4] == 1;
+  const bool channel_first =
+      c.staged && p.y_dtype == DType::f32 && ys[1] != 1 && ys[4] == 1 && c.isa != Isa::avx2;
   // Plane tasks write an fp32 channel-last y in place too, each tile summed by its class's tap groups in
   // turn: a tile that one group writes alone skips the caches (GemmEngine::run_task). Ice Lake Xeon, 64-byte
   // aligned y, in one process against plain stores, 2 threads: b 0.95-0.96x the time (1 thread 0.93x),
