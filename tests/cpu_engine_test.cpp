@@ -1170,7 +1170,8 @@ INSTANTIATE_TEST_SUITE_P(Isas, CpuPixel, ::testing::Values(Isa::avx2, Isa::avx51
 // even Cout, partial blocks) straight from dy or widened first (other dtypes, HF32 and fp16 input rounding),
 // groups, y in every output type; exact on small integers; 1, 2 and 3 threads give the same bits, and so
 // does a CPU with a 16 KiB L2, whose blocking cuts the reduction into chunks of about 16 steps (an odd
-// Cout's zero row in the last); N = 0 plans and runs as an empty success.
+// Cout's zero row in the last) and (AVX-512) stores a larger fp32 y past the caches; N = 0 plans and runs as
+// an empty success.
 class CpuPointwise : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -1198,7 +1199,7 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
   const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 31}, {1, 4, 8},   {1, 1, 33}, {2, 3, 11},
                                                           {3, 5, 7},  {1, 1, 143}, {1, 5, 29}, {2, 2, 37}};
   const std::vector<std::array<std::int64_t, 3>> wide_k_sizes = {{1, 1, 140}, {1, 1, 132}};
-  int k = 0, chunked = 0;
+  int k = 0, chunked = 0, uncached = 0;
   for (std::int64_t cin : {9, 17, 40, 80, 130})
     for (std::int64_t cout : {1, 2, 3, 16, 33, 70, 1900})
       for (int i = 0; i < 2; ++i) {             // two sizes per pair of channel counts, in turn
@@ -1250,12 +1251,18 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
           const std::int64_t steps = pairs() ? (p.Cout_g + 1) / 2 : p.Cout_g;
           const cpu::PointwiseBlocking b = cpu::pointwise_blocking(p, small, 2, GetParam());
           chunked += b.chunk < steps;
+          uncached += b.uncached_y;
           fill_canary(inst.y);
           run_pointwise(p, inst, GetParam(), 2, small);
           EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", in chunks of " << b.chunk;
         }
       }
   EXPECT_GE(chunked, 40);  // of 124 runs: Cout 33, 70 and 1900
+  // fp32 y over 32 KiB (2 threads' L2 twice): 28 runs, non-temporal stores of AVX-512 only.
+  if (GetParam() == Isa::avx2)
+    EXPECT_EQ(uncached, 0);
+  else
+    EXPECT_GE(uncached, 20);
 }
 
 // It takes only what it is built for, says why otherwise, and Plan prefers it for such problems.

@@ -1,5 +1,7 @@
 #include "cpu/pointwise_engine.hpp"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <vector>
@@ -51,6 +53,11 @@ PointwiseBlocking pointwise_blocking(const Problem& p, const CpuModel& cpu, int 
   // A pixel's panel row spans an odd number of cache lines, so the rows of a kernel call's pixels do not
   // share L1 sets.
   b.kp = (ceil_div(b.chunk, 16) | 1) * 16;
+  // y's lines are written once, whole, by the runs of its channels: past the caches (no read of each line
+  // first, no write back later) where y is over twice the threads' L2 together, as the GEMM engine does;
+  // AVX2's 32-byte stores would leave partial lines.
+  b.uncached_y = p.y_dtype == DType::f32 && isa != Isa::avx2 &&
+                 saturating_mul(p.y_elements(), 4) > 2 * std::int64_t{threads} * cpu.l2_bytes;
   return b;
 }
 
@@ -79,6 +86,7 @@ class PointwiseEngine final : public EngineImpl {
         chunk_(b.chunk),
         chunks_(std::max<std::int64_t>(1, ceil_div(k_, chunk_))),
         kp_(b.kp),
+        uncached_y_(b.uncached_y),
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding),
         direct_(!pairs && dy_reader_.as_stored()) {
@@ -104,7 +112,7 @@ class PointwiseEngine final : public EngineImpl {
     return "tiles of up to " + std::to_string(width_) + " pixels, channel blocks of " +
            std::to_string(unit_) + ", reduction in " + std::to_string(chunks_) +
            (chunks_ > 1 ? " chunks of " : " chunk of ") + std::to_string(chunk_) +
-           (pairs_ ? " channel pairs" : " channels");
+           (pairs_ ? " channel pairs" : " channels") + (uncached_y_ ? ", y stored uncached" : "");
   }
 
   // Per unit of unit_ input channels (group g, block b; the last block's padding stays zero):
@@ -155,6 +163,7 @@ class PointwiseEngine final : public EngineImpl {
       for (std::int64_t t = begin; t < end; ++t)
         run_task(t, dy, y, static_cast<float*>(align64(panel.data())),
                  static_cast<float*>(align64(rows.data())), static_cast<float*>(align64(acc.data())));
+      if (uncached_y_) _mm_sfence();  // this thread's non-temporal stores, before the threads join
     });
   }
 
@@ -196,7 +205,7 @@ class PointwiseEngine final : public EngineImpl {
           if (c + 1 < chunks_) continue;
           const std::int64_t c0 = u * unit_, valid = std::min<std::int64_t>(unit_, p_.Cin_g - c0);
           store_channel_first(p_, ks_, tile, unit_, m, valid, y, n * ys[0] + (g * p_.Cin_g + c0) * ys[1] + p0,
-                              ys[1]);
+                              ys[1], uncached_y_);
         }
       }
     }
@@ -266,6 +275,7 @@ class PointwiseEngine final : public EngineImpl {
   std::int64_t width_;                     // pixels per tile
   std::int64_t chunk_, chunks_;            // reduction steps per panel, panels per tile
   std::int64_t kp_;                        // 4-byte units per pixel of the panel: a chunk and padding
+  bool uncached_y_;                        // PointwiseBlocking::uncached_y
   std::int64_t run_tiles_ = 1, runs_ = 1;  // tiles per task, tasks per image
   AlignedPtr wpack_;
   bool tiny_filter_ = false;  // the packed bf16 filter holds a tiny value (tiny_bf16)

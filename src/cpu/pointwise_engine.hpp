@@ -17,10 +17,11 @@ namespace conv3d_dx::cpu {
 
 // The engine's blocking for a problem on a CPU, with `isa`'s kernels (pointwise_engine.cpp says why).
 struct PointwiseBlocking {
-  int nv = 1;              // vectors of input channels per channel block
-  std::int64_t width = 1;  // pixels per tile
-  std::int64_t chunk = 1;  // reduction steps (output channels, or bf16 channel pairs) per panel
-  std::int64_t kp = 16;    // 4-byte units per pixel of the panel: a chunk and padding
+  int nv = 1;               // vectors of input channels per channel block
+  std::int64_t width = 1;   // pixels per tile
+  std::int64_t chunk = 1;   // reduction steps (output channels, or bf16 channel pairs) per panel
+  std::int64_t kp = 16;     // 4-byte units per pixel of the panel: a chunk and padding
+  bool uncached_y = false;  // an fp32 y's 16-pixel runs on lines skip the caches (AVX-512, large y)
 };
 PointwiseBlocking pointwise_blocking(const Problem&, const CpuModel&, int threads, Isa isa);
 
