@@ -179,8 +179,8 @@ int bench_command(const std::vector<std::string>& argv) {
     Plan plan(p, options);
     const ProblemSpec& spec = jobs[j].spec;
     const std::int64_t dy_n = element_count(spec.out_backprop.shape), w_n = element_count(spec.filter.shape);
-    // 64-byte aligned, as PyTorch's tensors are: the engines store whole lines of y past the caches only
-    // where they are aligned, so the timing is what those callers get.
+    // 64-byte aligned, as PyTorch's tensors are: the engines store a channels_last y's whole lines past the
+    // caches only where they are aligned, so the timing is what those callers get.
     const cpu::AlignedPtr dy =
         cpu::alloc_zeroed64(static_cast<std::size_t>(dy_n) * dtype_size(p.dy_dtype), "dy");
     const cpu::AlignedPtr w =

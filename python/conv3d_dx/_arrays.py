@@ -148,7 +148,7 @@ ADVISE_HUGE_PAGES = os.environ.get("CONV3D_DX_MADVISE_HUGEPAGE", "1") != "0"
 
 
 # numpy results start on a 64-byte line, as torch's do (numpy's own large arrays start 16 or 32 bytes into
-# one): the engines store whole lines of y past the caches only where they are aligned.
+# one): the engines store a channels_last y's whole lines past the caches only where they are aligned.
 RESULT_ALIGNMENT = 64
 
 

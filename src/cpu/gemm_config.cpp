@@ -228,16 +228,14 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // NCDHW, 64-byte aligned y, in one process against plain stores (16 alternating calls, 2 threads):
   // unet_up 0.79x the time, b 0.89x, k311 0.89x, d 0.92x, a and vae 0.99x; 1 thread b 0.89x, k311 0.95x.
   const bool channel_first =
-      c.staged && p.y_dtype == DType::f32 && ys[1] != 1 && ys[4] == 1 && c.isa != Isa::avx2;
+      c.staged && p.y_dtype == DType::f32 && ys[1] != 1 && ys[4] == 1 && ks.transposes_uncached;
   // Plane tasks write an fp32 channel-last y in place too, each tile summed by its class's tap groups in
   // turn: a tile that one group writes alone skips the caches (GemmEngine::run_task). Ice Lake Xeon, 64-byte
   // aligned y, in one process against plain stores, 2 threads: b 0.95-0.96x the time (1 thread 0.93x),
   // down_s2 0.95x, d 0.98x, n2c96 0.99x, vae (most tiles summed by two groups) 1.00-1.05x.
   const bool plane_direct = c.plane_mode && p.y_dtype == DType::f32 && ys[1] == 1;
-  c.uncached_y =
-      (((c.y_direct || plane_direct) && whole_lines) || channel_first) && !c.amx &&
-      (tuning.uncached_y >= 0 ? tuning.uncached_y == 1
-                              : saturating_mul(p.y_elements(), 4) > 2 * std::int64_t{threads} * cpu.l2_bytes);
+  c.uncached_y = (((c.y_direct || plane_direct) && whole_lines) || channel_first) && !c.amx &&
+                 (tuning.uncached_y >= 0 ? tuning.uncached_y == 1 : y_outgrows_l2(p, cpu, threads));
   return c;
 }
 

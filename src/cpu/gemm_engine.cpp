@@ -58,19 +58,18 @@ class GemmEngine final : public EngineImpl {
                    : config.flat     ? (flat_pixels_ + p.y_size[2]) * cbw_max
                    : config.staged   ? p.y_size[2] * cbw_max
                                      : std::max(kMaxM, config.amx ? kAmxMaxM : 0) * cbw_max;
-    // Tiles per y row (all W phases) in plane mode, for the narrowest tiles any block uses.
-    if (config.plane_mode) {
-      int min_m = kMaxM;
-      for (int v = 1; v <= config.nv; ++v)
-        if (config.max_m[v] > 0) min_m = std::min(min_m, config.max_m[v]);
-      for (const AxisPhase& pw : ax_[2].phases)
-        if (pw.count > 0) row_tiles_ += ceil_div(pw.count, std::int64_t{min_m});
-    }
-    // Row tasks' and plane tasks' tiles for every block width the config offers.
+    // Row tasks' and plane tasks' tiles for every block width the config offers, and the most tiles and
+    // list entries a y row takes in any of them.
     if (!config.flat) {
       for (int v = 1; v <= config.nv; ++v)
         if (config.max_m[v] > 0) tilings_[static_cast<std::size_t>(v)] = row_tiling(config.max_m[v], false);
       if (config.amx) amx_tiling_ = row_tiling(kAmxMaxM, true);
+      const auto room_for = [&](const RowTiling& t) {
+        row_tiles_ = std::max(row_tiles_, static_cast<std::int64_t>(t.tiles.size()));
+        row_list_taps_ = std::max(row_list_taps_, t.list_taps);
+      };
+      for (const RowTiling& t : tilings_) room_for(t);
+      room_for(amx_tiling_);
     }
     check_memory(request, name(), memory());
     // Channel blocks of config.nv vectors; the last one may be narrower.
@@ -168,15 +167,14 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t workspace =
         config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
     // Per thread: tap lists, the tile and the plane-mode tiles' flags.
-    const std::int64_t row_lists = saturating_mul(
-        static_cast<std::int64_t>(kRowSlots),
-        saturating_add(saturating_mul(row_taps_capacity_, static_cast<std::int64_t>(sizeof(TapRef))),
-                       static_cast<std::int64_t>(row_tiles_max_ * 16)));
+    const std::int64_t lists =
+        config_.flat
+            ? saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef)))
+            : saturating_mul(static_cast<std::int64_t>(kRowSlots),
+                             saturating_add(saturating_mul(row_list_taps_, std::int64_t{sizeof(TapRef)}),
+                                            saturating_mul(row_tiles_, std::int64_t{sizeof(TileList)})));
     const std::int64_t scratch = saturating_add(
-        saturating_add(saturating_add(saturating_mul(taps_, static_cast<std::int64_t>(sizeof(TapRef))),
-                                      saturating_mul(saturating_add(tile_floats_, 16), 4)),
-                       written_flags()),
-        row_lists);
+        saturating_add(lists, saturating_mul(saturating_add(tile_floats_, 16), 4)), written_flags());
     // The packed filter when it is kept, else the block slots (allocate_packed checks the packed filter
     // against the limit if a plan that does not keep it is asked to pack it whole).
     return {saturating_add(whole_packed() ? packed_bytes() : own_blocks_bytes(), tables), workspace, scratch};
@@ -409,6 +407,7 @@ class GemmEngine final : public EngineImpl {
   struct RowTiling {
     std::vector<RowTile> tiles;
     std::vector<std::size_t> begin;
+    std::int64_t list_taps = 0;  // the most TapRefs a y row's lists take (RowTaps)
   };
   // Plane mode's (kd, kh) pairs in groups whose filter fits in L2 (one group in row mode).
   struct TapGroup {
@@ -419,11 +418,10 @@ class GemmEngine final : public EngineImpl {
   // The row tiling for tiles of up to max_m pixels: the FMA kernels share a phase's pixels out evenly; AMX
   // tiles are of one width (the last may be narrower), as few as max_m allows: a tile costs the same for any
   // number of pixels up to 16 per row tile, and a change of width reloads the tile configuration (~300
-  // cycles). Grows the room for a row's tap lists to this tiling's.
-  RowTiling row_tiling(int max_m, bool amx) {
+  // cycles).
+  RowTiling row_tiling(int max_m, bool amx) const {
     const Axis& W = ax_[2];
     RowTiling tiling;
-    std::int64_t row_taps = 0;
     for (const AxisPhase& PW : W.phases) {
       tiling.begin.push_back(tiling.tiles.size());
       const std::int64_t nblk = ceil_div(PW.count, max_m), amx_m = nblk > 0 ? ceil_div(PW.count, nblk) : 0;
@@ -433,8 +431,7 @@ class GemmEngine final : public EngineImpl {
       for (std::int64_t k = 0; k < nblk; ++k) {
         const auto [j0, m] =
             amx ? std::pair{k * amx_m, std::min(amx_m, PW.count - k * amx_m)} : even_part(PW.count, nblk, k);
-        const bool inside = amx || (!PW.taps.empty() && j0 + PW.taps.back().off >= 0 &&
-                                    j0 + m - 1 + PW.taps.front().off < W.out);
+        const bool inside = amx || W.covers(PW, j0, m);
         tiling.tiles.push_back({j0, static_cast<int>(m), inside});
         lists += inside && any_inside ? 0 : 1;
         any_inside = any_inside || inside;
@@ -442,11 +439,9 @@ class GemmEngine final : public EngineImpl {
       // A list holds at most a TapRef per W tap of each (kd, kh) pair.
       const std::int64_t per_list = saturating_mul(
           p_.kernel[0] * p_.kernel[1], std::max<std::int64_t>(1, static_cast<std::int64_t>(PW.taps.size())));
-      row_taps = saturating_add(row_taps, saturating_mul(lists, per_list));
+      tiling.list_taps = saturating_add(tiling.list_taps, saturating_mul(lists, per_list));
     }
     tiling.begin.push_back(tiling.tiles.size());
-    row_taps_capacity_ = std::max(row_taps_capacity_, row_taps);
-    row_tiles_max_ = std::max(row_tiles_max_, tiling.tiles.size());
     return tiling;
   }
 
@@ -467,10 +462,13 @@ class GemmEngine final : public EngineImpl {
     std::int64_t rd, d_first, d_end, rh, h_first, h_end;
     bool operator==(const RowKey&) const = default;
   };
+  struct TileList {
+    std::int64_t first, count;  // of RowTaps::taps
+  };
   struct RowTaps {
     std::optional<RowKey> key;  // of the lists held, if any
     std::unique_ptr<TapRef[]> taps;
-    std::vector<std::pair<std::int64_t, std::int64_t>> lists;  // per tile of the tiling: first tap, count
+    std::vector<TileList> lists;  // per tile of the tiling
   };
   // Rows of different (D phase, H phase) classes or blocks take turns (stride 2, blocks_inner): each keeps
   // its lists in a slot of its own where there are enough.
@@ -479,14 +477,14 @@ class GemmEngine final : public EngineImpl {
   // Per-thread buffers of run_task.
   struct TaskScratch {
     explicit TaskScratch(const GemmEngine& e)
-        : taps(static_cast<std::size_t>(e.taps_)),
+        : taps(e.config_.flat ? static_cast<std::size_t>(e.taps_) : 0),
           tile(static_cast<std::size_t>(e.tile_floats_ + 16)),
           written(static_cast<std::size_t>(e.written_flags())),
           reached(e.flat_regions_.size()) {
       if (e.config_.flat) return;
       for (RowTaps& r : rows) {
-        r.taps.reset(new TapRef[static_cast<std::size_t>(e.row_taps_capacity_)]);
-        r.lists.resize(e.row_tiles_max_);
+        r.taps.reset(new TapRef[static_cast<std::size_t>(e.row_list_taps_)]);
+        r.lists.resize(static_cast<std::size_t>(e.row_tiles_));
       }
     }
     std::vector<TapRef> taps;  // flat planes' list
@@ -1068,7 +1066,8 @@ class GemmEngine final : public EngineImpl {
             if (zeroes) zero_y(W.in, p_.Cin_g, n, g * p_.Cin_g, id, ih, 0, 1, y);
             continue;
           }
-          const std::int64_t row_tile = ((q - q0) * H.in + ih) * row_tiles_;  // plane_direct: the row's flags
+          // plane_direct: the row's flags
+          unsigned char* const row_written = written + ((q - q0) * H.in + ih) * row_tiles_;
           const auto [h_first, h_end] = H.valid_taps(PH, jh);
           const std::size_t slot = static_cast<std::size_t>((rd * H.stride + rh) * nb + gb % nb) % kRowSlots;
           const RowTaps& lists =
@@ -1092,7 +1091,7 @@ class GemmEngine final : public EngineImpl {
               const void* const dy_tile = tile_dy(dy_ng, jd, jh, j0);
               if (plane_direct) {
                 float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
-                unsigned char& written_tile = written[row_tile + static_cast<std::int64_t>(i)];
+                unsigned char& written_tile = row_written[i];
                 const bool first = written_tile == 0;
                 // The tile's only write (no sum to read back) skips the caches as row tiles do.
                 const bool uncached = config_.uncached_y && first && group.last &&
@@ -1269,12 +1268,11 @@ class GemmEngine final : public EngineImpl {
     const RowTiling& tiling = *key.tiling;
     std::int64_t used = 0;
     for (std::size_t pw = 0; pw < ax_[2].phases.size(); ++pw) {
-      std::size_t inside_list = 0;  // the phase's first inside tile, which built the list they share
-      bool inside_built = false;
+      std::optional<TileList> inside;  // the list the phase's inside tiles share, once built
       for (std::size_t i = tiling.begin[pw]; i < tiling.begin[pw + 1]; ++i) {
         const RowTile& rt = tiling.tiles[i];
-        if (rt.inside && inside_built) {
-          slot.lists[i] = slot.lists[inside_list];
+        if (rt.inside && inside) {
+          slot.lists[i] = *inside;
           continue;
         }
         const std::int64_t n =
@@ -1282,7 +1280,7 @@ class GemmEngine final : public EngineImpl {
                        key.wblock, tap_bytes, steps, slot.taps.get() + used);
         slot.lists[i] = {used, n};
         used += n;
-        if (rt.inside) inside_list = i, inside_built = true;
+        if (rt.inside) inside = slot.lists[i];
       }
     }
     return slot;
@@ -1323,8 +1321,7 @@ class GemmEngine final : public EngineImpl {
         }
         // When the tile is inside dy for all of them and their dy values are contiguous, they form one
         // reduction: same order.
-        if (nw > 1 && config_.fuse_w &&
-            (halo || (j0 + wt.back().off >= 0 && j0 + m - 1 + wt.front().off < W.out))) {
+        if (nw > 1 && config_.fuse_w && (halo || W.covers(PW, j0, m))) {
           taps[ntaps++] = {off_dh + wt.back().off * dy_w_,
                            wblock + (tap_dh + tap_pos_w_[static_cast<std::size_t>(wt.back().k)]) * tap_bytes,
                            nw * steps, 0, kToTileEnd};
@@ -1426,11 +1423,10 @@ class GemmEngine final : public EngineImpl {
   std::vector<unsigned char> tiny_blocks_;
   std::int64_t tasks_per_block_ = 0;  // plane groups or rows
   std::int64_t tile_floats_ = 0;      // per-thread output staging: a tile, a y row or a group of y planes
-  std::int64_t row_tiles_ = 0;        // plane mode: the most tiles a y row is cut into (all W phases)
   std::array<RowTiling, kMaxNv + 1> tilings_;  // per block width nv: the FMA (or exact) kernels' tiles
   RowTiling amx_tiling_;
-  std::int64_t row_taps_capacity_ = 0;  // the most TapRefs one y row's lists take (RowTaps)
-  std::size_t row_tiles_max_ = 0;       // the most tiles of any tiling
+  std::int64_t row_tiles_ = 0;      // the most tiles a y row is cut into in any tiling
+  std::int64_t row_list_taps_ = 0;  // the most TapRefs a y row's lists take in any tiling
   std::int64_t dy_n_ = 0, dy_g_ = 0, dy_c_ = 1, dy_d_ = 0, dy_h_ = 0,
                dy_w_ = 0;  // compute-type element strides
   // Elements from a converted dy plane's start to its row 0, pixel 0 (the AMX halo rows and pixels).

@@ -46,6 +46,11 @@ struct Axis {
   std::pair<std::int64_t, std::int64_t> inside(const AxisTap& t, std::int64_t j0, std::int64_t m) const {
     return {std::clamp<std::int64_t>(-t.off - j0, 0, m), std::clamp<std::int64_t>(out - t.off - j0, 0, m)};
   }
+  // Whether every tap of `phase` lands inside dy at all positions j0 + [0, m) (none if it has no taps).
+  bool covers(const AxisPhase& phase, std::int64_t j0, std::int64_t m) const {
+    return !phase.taps.empty() && j0 + phase.taps.back().off >= 0 &&
+           j0 + m - 1 + phase.taps.front().off < out;
+  }
   // The taps of `phase` that land inside dy at position j, as indices [first, end) into phase.taps: they are
   // consecutive, offsets falling along the list.
   std::pair<std::int64_t, std::int64_t> valid_taps(const AxisPhase& phase, std::int64_t j) const {

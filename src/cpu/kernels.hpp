@@ -141,6 +141,9 @@ struct KernelSet {
   // y fp32, or bf16 or fp16 rounded as to_bf16 or to_fp16 do. Null where the ISA has none.
   void (*store_transposed)(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
                            void* y, StoreType y_type, std::int64_t y_cs, bool saturate) = nullptr;
+  // Whether store_transposed writes StoreType::f32_uncached's whole lines past the caches (AVX-512); where
+  // not, it stores them plainly (AVX2's 32-byte stores would leave partial lines).
+  bool transposes_uncached = false;
   // y[c * y_ps + r] = a[r * a_rs + c] for r < nr (even), c < nc: a bf16 transpose by channel pairs (rows r,
   // r + 1 become one 32-bit unit of pixel c), bits unchanged. Returns whether a moved value is tiny
   // (tiny_bf16 in support.hpp). Null where the ISA has none.

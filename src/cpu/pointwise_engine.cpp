@@ -53,11 +53,9 @@ PointwiseBlocking pointwise_blocking(const Problem& p, const CpuModel& cpu, int 
   // A pixel's panel row spans an odd number of cache lines, so the rows of a kernel call's pixels do not
   // share L1 sets.
   b.kp = (ceil_div(b.chunk, 16) | 1) * 16;
-  // y's lines are written once, whole, by the runs of its channels: past the caches (no read of each line
-  // first, no write back later) where y is over twice the threads' L2 together, as the GEMM engine does;
-  // AVX2's 32-byte stores would leave partial lines.
-  b.uncached_y = p.y_dtype == DType::f32 && isa != Isa::avx2 &&
-                 saturating_mul(p.y_elements(), 4) > 2 * std::int64_t{threads} * cpu.l2_bytes;
+  // y's lines are written once, whole, by the runs of its channels: past the caches where the transposing
+  // store can and y outgrows L2, as in the GEMM engine.
+  b.uncached_y = ks.transposes_uncached && y_outgrows_l2(p, cpu, threads);
   return b;
 }
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "problem/checked.hpp"
+
 namespace conv3d_dx::cpu {
 
 int isa_level(Isa isa) {
@@ -187,6 +189,11 @@ void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int
   }
 }
 
+bool y_outgrows_l2(const Problem& p, const CpuModel& cpu, int threads) {
+  return p.y_dtype == DType::f32 &&
+         saturating_mul(p.y_elements(), 4) > 2 * std::int64_t{threads} * cpu.l2_bytes;
+}
+
 void store_channel_first(const Problem& p, const KernelSet& ks, const float* tile, std::int64_t tile_rs,
                          std::int64_t m, std::int64_t valid, void* y, std::int64_t at, std::int64_t c_stride,
                          bool uncached) {
@@ -197,15 +204,16 @@ void store_channel_first(const Problem& p, const KernelSet& ks, const float* til
     // Only runs of 16 pixels on a line skip the caches: the pixels before channel 0's first line boundary
     // are stored apart (plainly), so that the runs after them start on lines (for every channel where the
     // channels lie whole lines apart), whatever the alignment of y and of the row.
+    const bool past_caches = uncached && *type == StoreType::f32 && ks.transposes_uncached;
     const std::int64_t head =
-        uncached && *type == StoreType::f32
+        past_caches
             ? std::min<std::int64_t>(
                   m, static_cast<std::int64_t>((64 - reinterpret_cast<std::uintptr_t>(to) % 64) % 64 / 4))
             : 0;
     if (head > 0) ks.store_transposed(tile, false, tile_rs, head, valid, to, StoreType::f32, c_stride, false);
     if (m > head)
       ks.store_transposed(tile + head * tile_rs, false, tile_rs, m - head, valid, to + head * 4,
-                          uncached && *type == StoreType::f32 ? StoreType::f32_uncached : *type, c_stride,
+                          past_caches ? StoreType::f32_uncached : *type, c_stride,
                           p.overflow == OverflowMode::saturate);
   } else {  // 8-bit y: blocks of pixels transposed to one fp32 run per channel, each encoded as a whole
     constexpr std::int64_t kPixels = 64;

@@ -189,6 +189,10 @@ inline std::optional<StoreType> transposed_store_type(DType t) {
 void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int64_t src_stride, void* y,
                std::int64_t at, std::int64_t y_stride, std::int64_t n);
 
+// Whether y is fp32 and over twice the threads' L2 together: then the lines an engine writes once, whole,
+// are better stored past the caches (no read of each line first, no write back later).
+bool y_outgrows_l2(const Problem& p, const CpuModel& cpu, int threads);
+
 // Writes tile [m][tile_rs] fp32 (the first `valid` values of each row: channels of one pixel) to y with
 // channels c_stride apart and pixels contiguous: y[at + c * c_stride + i] = tile[i * tile_rs + c], rounded
 // to y's dtype with the problem's overflow mode. valid <= kMaxNv * 16. uncached: an fp32 y's whole 64-byte
