@@ -325,5 +325,40 @@ TEST(Compatibility, FilterHeightAndWidthLimitApplyEverywhere) {
   }
 }
 
+// flops_inside against a count of every (dy pixel, tap) pair whose y pixel lies inside y.
+TEST(Problem, FlopsInsideCountsTheProductsThatReachY) {
+  const auto brute = [](const Problem& p) {
+    double pairs = 1;
+    for (int a = 0; a < 3; ++a) {
+      std::int64_t n = 0;
+      for (std::int64_t o = 0; o < p.dy_size[a]; ++o)
+        for (std::int64_t k = 0; k < p.kernel[a]; ++k) {
+          const std::int64_t at = o * p.stride[a] + k * p.dilation[a] - p.pad_front[a];
+          n += at >= 0 && at < p.y_size[a];
+        }
+      pairs *= static_cast<double>(n);
+    }
+    return 2.0 * static_cast<double>(p.N * p.Cout() * p.Cin_g) * pairs;
+  };
+  std::mt19937_64 rng(11);
+  int padded = 0;
+  for (int i = 0; i < 300; ++i) {
+    const Case c = random_case(rng, DType::f32, Layout::NDHWC, Layout::NCDHW);
+    const Problem p = validate(instantiate(c, rng, Fill::small_integers).spec);
+    EXPECT_EQ(p.flops_inside(), brute(p)) << c.name();
+    EXPECT_LE(p.flops_inside(), p.flops()) << c.name();
+    padded += p.flops_inside() < p.flops();
+  }
+  EXPECT_GT(padded, 30);  // the random cases do put taps on the pads
+  // The suite's e: D 3, H and W 6, 3 x 3 x 3 taps, pads 1: 7 of 9 D pairs and 16 of 18 H and W pairs.
+  Case e = base_case();
+  e.in = {3, 6, 6};
+  e.kernel = {3, 3, 3};
+  e.stride = {1, 1, 1};
+  e.pad_front = e.pad_back = {1, 1, 1};
+  const Problem pe = validate(instantiate(e, rng, Fill::small_integers).spec);
+  EXPECT_DOUBLE_EQ(pe.flops_inside() / pe.flops(), 7.0 / 9 * (16.0 / 18) * (16.0 / 18));
+}
+
 }  // namespace
 }  // namespace conv3d_dx::testing

@@ -11,6 +11,7 @@
 #include "check.hpp"
 #include "commands.hpp"
 #include "common/cpu_model.hpp"
+#include "cpu/peak.hpp"
 #include "cpu/support.hpp"
 #include "problem_args.hpp"
 #include "suite.hpp"
@@ -28,7 +29,10 @@ Times the operator on random data. The timed region is Plan::execute(dy, filter,
 (Options::keep_filter false): plain tensors in, plain y out, the filter packed anew, or read in place, on
 each call (what a training step pays). packed_median_ms is the median with the filter packed once
 (Plan::pack_filter, then Plan::execute_packed). GFLOP/s counts
-2*N*Cout*Do*Ho*Wo*Cin/G*kD*kH*kW per call, with the median time. --suite default runs the benchmark suite
+2*N*Cout*Do*Ho*Wo*Cin/G*kD*kH*kW per call, with the median time; flops_inside (JSON) leaves out the
+products that fall on the pads. --peak runs the engine's multiply-add peak probe (as `conv3d-dx peak`) on
+as many threads, for about as long, before each timed call, and reports the median of the calls' shares of
+it: of_peak counting every product, inside_of_peak only those inside y. --suite default runs the benchmark suite
 (a-i and our own shapes), --suite extra more layer types of 3D networks (tools/suite.hpp), in the selected
 dtype (default fp32) and layouts (default NDHWC data, NCDHW filter).
 
@@ -47,6 +51,7 @@ std::vector<FlagSpec> bench_flags() {
       {"--repeat", "R", "timed calls per problem (default 10)"},
       {"--warmup", "W", "untimed calls before timing (default 2)"},
       {"--json", "", "print one JSON object per problem instead of a table"},
+      {"--peak", "", "also time the engine's multiply-add peak beside each call and report shares of it"},
   };
   for (FlagSpec& f : attribute_flags()) flags.push_back(std::move(f));
   return flags;
@@ -67,15 +72,38 @@ Timing summarise(std::vector<double> ms) {
   return {n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2, ms.front(), ms.back()};
 }
 
+double median(std::vector<double> v) { return v.empty() ? 0 : summarise(std::move(v)).median_ms; }
+
 template <class F>
-Timing time_calls(int warmup, int repeat, F&& call) {
+double time_ms(F&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Shares of the peak, from a probe run just before each timed call (--peak).
+struct PeakShares {
+  std::string instruction;                 // "none" where the engine's instruction set has no probe
+  double gflops = 0;                       // the probe's median rate
+  double of_peak = 0, inside_of_peak = 0;  // medians of the calls' shares
+};
+
+// `repeat` timed calls after `warmup` untimed ones; with `probe`, each timed call follows a probe run and
+// its rate over the probe's is recorded in `shares` (flops per call: all products, then those inside y).
+template <class F>
+Timing time_calls(int warmup, int repeat, F&& call, const std::optional<cpu::PeakProbe>& probe = {},
+                  double flops = 0, double flops_inside = 0, PeakShares* shares = nullptr) {
   for (int i = 0; i < warmup; ++i) call();
-  std::vector<double> ms;
+  std::vector<double> ms, rates, of_peak, inside;
   for (int i = 0; i < repeat; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    call();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    const double rate = probe ? probe->run() : 0;
+    ms.push_back(time_ms(call));
+    if (!probe || !(rate > 0) || !(ms.back() > 0)) continue;
+    rates.push_back(rate);
+    of_peak.push_back(flops / (ms.back() * 1e6) / rate);
+    inside.push_back(flops_inside / (ms.back() * 1e6) / rate);
   }
+  if (probe && shares) *shares = {probe->instruction(), median(rates), median(of_peak), median(inside)};
   return summarise(std::move(ms));
 }
 
@@ -143,7 +171,7 @@ int bench_command(const std::vector<std::string>& argv) {
   const ParsedAttributes pa = parse_attributes(args, suite_name.has_value());
   const int repeat = static_cast<int>(parse_int("--repeat", args.get("--repeat").value_or("10"), 1, 1000000));
   const int warmup = static_cast<int>(parse_int("--warmup", args.get("--warmup").value_or("2"), 0, 1000000));
-  const bool json = args.has("--json");
+  const bool json = args.has("--json"), peak = args.has("--peak");
 
   std::vector<Job> jobs;
   if (suite_name) {
@@ -167,9 +195,11 @@ int bench_command(const std::vector<std::string>& argv) {
   const CpuModel& cpu = host_cpu_model();
   if (!json) {
     std::printf("cpu: %s\n", cpu.describe().c_str());
-    std::printf("%-10s %-10s %-5s %-5s %3s %-11s %-24s %10s %10s %10s %10s %9s %12s\n", "name", "dtype",
-                "data", "filt", "thr", "isa", "engine", "median_ms", "min_ms", "max_ms", "packed_ms",
-                "GFLOP/s", "workspace");
+    std::printf("%-10s %-10s %-5s %-5s %3s %-11s %-24s %10s %10s %10s %10s %9s %12s", "name", "dtype", "data",
+                "filt", "thr", "isa", "engine", "median_ms", "min_ms", "max_ms", "packed_ms", "GFLOP/s",
+                "workspace");
+    if (peak) std::printf(" %9s %8s %9s", "peak", "of_peak", "inside");
+    std::printf("\n");
   }
   for (std::size_t j = 0; j < jobs.size(); ++j) {
     const Problem& p = problems[j];
@@ -191,8 +221,15 @@ int bench_command(const std::vector<std::string>& argv) {
     fill_random(p.dy_dtype, dy.get(), dy_n, 1 + j);
     fill_random(p.filter_dtype, w.get(), w_n, 1001 + j);
 
-    const Timing t =
-        time_calls(warmup, repeat, [&] { plan.execute(dy.get(), w.get(), y.get(), workspace.get()); });
+    const auto call = [&] { plan.execute(dy.get(), w.get(), y.get(), workspace.get()); };
+    // The probe runs about as long as a call (at least a millisecond), on the plan's threads.
+    std::optional<cpu::PeakProbe> probe;
+    PeakShares shares{"none", 0, 0, 0};
+    if (peak) {
+      call();
+      probe = cpu::PeakProbe::for_isa(plan.isa(), plan.threads(), std::max(1e-3, time_ms(call) / 1e3));
+    }
+    const Timing t = time_calls(warmup, repeat, call, probe, p.flops(), p.flops_inside(), &shares);
     plan.pack_filter(w.get());
     const Timing packed =
         time_calls(warmup, repeat, [&] { plan.execute_packed(dy.get(), y.get(), workspace.get()); });
@@ -204,18 +241,31 @@ int bench_command(const std::vector<std::string>& argv) {
           "\"threads\": %d, "
           "\"isa\": \"%s\", \"engine\": %s, \"median_ms\": %.6g, \"min_ms\": %.6g, \"max_ms\": %.6g, "
           "\"packed_median_ms\": %.6g, \"gflops\": %.6g, \"flops\": %.17g, \"workspace_bytes\": %zu, "
-          "\"repeat\": %d, \"problem\": %s, \"cpu\": %s, \"uarch\": \"%s\"}\n",
+          "\"flops_inside\": %.17g, \"repeat\": %d, \"problem\": %s, \"cpu\": %s, \"uarch\": \"%s\"",
           json_string(jobs[j].name).c_str(), to_string(p.dy_dtype), to_string(p.data_format),
           to_string(p.filter_format), plan.threads(), to_string(plan.isa()),
           json_string(plan.engine_name()).c_str(), t.median_ms, t.min_ms, t.max_ms, packed.median_ms, gflops,
-          p.flops(), plan.workspace_bytes(), repeat, json_string(p.describe()).c_str(),
+          p.flops(), plan.workspace_bytes(), p.flops_inside(), repeat, json_string(p.describe()).c_str(),
           json_string(cpu.name).c_str(), to_string(cpu.uarch));
+      if (peak) {
+        std::printf(", \"peak_instruction\": %s", json_string(shares.instruction).c_str());
+        if (probe)
+          std::printf(", \"peak_gflops\": %.6g, \"of_peak\": %.6g, \"inside_of_peak\": %.6g", shares.gflops,
+                      shares.of_peak, shares.inside_of_peak);
+      }
+      std::printf("}\n");
     } else {
-      std::printf("%-10s %-10s %-5s %-5s %3d %-11s %-24s %10.3f %10.3f %10.3f %10.3f %9.1f %12zu\n",
+      std::printf("%-10s %-10s %-5s %-5s %3d %-11s %-24s %10.3f %10.3f %10.3f %10.3f %9.1f %12zu",
                   jobs[j].name.c_str(), to_string(p.dy_dtype), to_string(p.data_format),
                   to_string(p.filter_format), plan.threads(), to_string(plan.isa()),
                   plan.engine_name().c_str(), t.median_ms, t.min_ms, t.max_ms, packed.median_ms, gflops,
                   plan.workspace_bytes());
+      if (peak && probe)
+        std::printf(" %9.1f %7.1f%% %8.1f%%", shares.gflops, 100 * shares.of_peak,
+                    100 * shares.inside_of_peak);
+      else if (peak)
+        std::printf(" %9s %8s %9s", "-", "-", "-");
+      std::printf("\n");
     }
     std::fflush(stdout);
   }

@@ -102,6 +102,9 @@ struct Problem {
   std::int64_t y_elements() const;
   // 2 * N * Cout * Do * Ho * Wo * Cin_g * kD * kH * kW
   double flops() const;
+  // The part of flops() whose products reach a y pixel inside y: a (dy pixel, tap) pair that falls on the
+  // pads adds nothing to y and is left out (the work an engine that skips such pairs does).
+  double flops_inside() const;
   std::string describe() const;  // one line, replayable
 };
 

@@ -59,23 +59,33 @@ std::int64_t calibrate(Probe probe, double seconds) {
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(rounds) * seconds / took));
 }
 
+struct Candidate {
+  const char* instruction;
+  Isa isa;
+  Probe probe;
+};
+constexpr Candidate kCandidates[] = {
+    {"vfmadd231ps ymm (fp32)", Isa::avx2, &peak_fma_avx2},
+    {"vfmadd231ps zmm (fp32)", Isa::avx512, &peak_fma_avx512},
+    {"vdpbf16ps zmm (bf16 pairs)", Isa::avx512_bf16, &peak_dpbf16_avx512},
+    {"tdpbf16ps 16x16x32 (bf16 tiles)", Isa::amx_bf16, &peak_tdpbf16_amx},
+};
+
 }  // namespace
 
+std::optional<PeakProbe> PeakProbe::for_isa(Isa isa, int threads, double seconds) {
+  for (const Candidate& c : kCandidates)
+    if (c.isa == isa && cpu_supports(isa))
+      return PeakProbe(c.instruction, c.probe, std::max(1, threads), calibrate(c.probe, seconds));
+  return std::nullopt;
+}
+
+double PeakProbe::run() const { return run_rate(fn_, threads_, rounds_); }
+
 std::vector<PeakRate> measure_peaks(int threads, double seconds) {
-  struct Candidate {
-    const char* instruction;
-    Isa isa;
-    Probe probe;
-  };
-  const Candidate candidates[] = {
-      {"vfmadd231ps ymm (fp32)", Isa::avx2, &peak_fma_avx2},
-      {"vfmadd231ps zmm (fp32)", Isa::avx512, &peak_fma_avx512},
-      {"vdpbf16ps zmm (bf16 pairs)", Isa::avx512_bf16, &peak_dpbf16_avx512},
-      {"tdpbf16ps 16x16x32 (bf16 tiles)", Isa::amx_bf16, &peak_tdpbf16_amx},
-  };
   constexpr int kTrials = 3;  // noise only ever slows a run down: the best of a few
   std::vector<PeakRate> rates;
-  for (const Candidate& c : candidates) {
+  for (const Candidate& c : kCandidates) {
     if (!cpu_supports(c.isa)) continue;
     const std::int64_t rounds = calibrate(c.probe, seconds);
     for (const int t : threads > 1 ? std::vector<int>{1, threads} : std::vector<int>{1}) {

@@ -3,7 +3,10 @@
 // it.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/engine.hpp"
@@ -15,6 +18,26 @@ struct PeakRate {
   Isa isa;                  // the instruction set it belongs to
   int threads;
   double gflops;  // the best of a few timed runs, each thread running the probe for about `seconds`
+};
+
+// The multiply-add that the engines of `isa` run (fp32 FMA for avx2 and avx512, vdpbf16ps, tdpbf16ps),
+// timed on `threads` threads at once, each for about `seconds` per run: a call's share of the peak, with
+// the peak measured right beside the call (bench --peak), moves less with a busy machine's clock than one
+// against a peak measured apart. None for the portable and reference kernels; AMX only where Linux allows it.
+class PeakProbe {
+ public:
+  static std::optional<PeakProbe> for_isa(Isa isa, int threads, double seconds);
+  const std::string& instruction() const { return instruction_; }
+  double run() const;  // GFLOP/s of one run
+
+ private:
+  using Fn = std::int64_t (*)(std::int64_t rounds, double* accumulated);
+  PeakProbe(std::string instruction, Fn fn, int threads, std::int64_t rounds)
+      : instruction_(std::move(instruction)), fn_(fn), threads_(threads), rounds_(rounds) {}
+  std::string instruction_;
+  Fn fn_;
+  int threads_;
+  std::int64_t rounds_;
 };
 
 // For each multiply-add instruction this CPU (and, for AMX, Linux) allows: its rate on one thread and, when

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <sstream>
 
 #include "problem/checked.hpp"
@@ -25,6 +26,25 @@ double Problem::flops() const {
   return 2.0 * static_cast<double>(N) * static_cast<double>(Cout()) * static_cast<double>(dy_size[0]) *
          static_cast<double>(dy_size[1]) * static_cast<double>(dy_size[2]) * static_cast<double>(Cin_g) *
          static_cast<double>(kernel[0]) * static_cast<double>(kernel[1]) * static_cast<double>(kernel[2]);
+}
+
+double Problem::flops_inside() const {
+  double pairs = 1;  // (dy pixel, tap) pairs inside y, a product over the axes
+  for (int a = 0; a < 3; ++a) {
+    // Tap k of dy index o reaches y index o * stride + k * dilation - pad_front: the o in [lo, hi] with it
+    // in [0, y_size), for each k.
+    std::int64_t axis_pairs = 0;
+    const std::int64_t s = stride[a];
+    for (std::int64_t k = 0; k < kernel[a]; ++k) {
+      const std::int64_t shift = k * dilation[a] - pad_front[a];
+      const std::int64_t lo = std::max<std::int64_t>(0, shift >= 0 ? 0 : (-shift + s - 1) / s);
+      const std::int64_t last = y_size[a] - 1 - shift;  // o * s <= last
+      const std::int64_t hi = last < 0 ? -1 : std::min(dy_size[a] - 1, last / s);
+      axis_pairs += std::max<std::int64_t>(0, hi - lo + 1);
+    }
+    pairs *= static_cast<double>(axis_pairs);
+  }
+  return 2.0 * static_cast<double>(N) * static_cast<double>(Cout()) * static_cast<double>(Cin_g) * pairs;
 }
 
 std::string Problem::describe() const {

@@ -176,6 +176,48 @@ TEST(Bench, JsonHasEveryFieldWithSensibleValues) {
   EXPECT_GE(number("workspace_bytes"), 0);
 }
 
+TEST(Bench, PeakSharesBesideEachCall) {
+  std::vector<std::string> args = kTinyBench;
+  args[6] = "1,2,4,4,2";     // y 2 x 4 x 4 ...
+  args[10] = "1,0,0,0,0,0";  // ... and a front pad: of dy's 2 planes x 2 D taps, one pair falls on it
+  args.insert(args.end(), {"--json", "--peak"});
+  const ProcessResult r = run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto obj = parse_flat_json(r.out);
+  const auto number = [&](const std::string& k) {
+    EXPECT_TRUE(obj.count(k) && std::holds_alternative<double>(obj.at(k))) << k << " in " << r.out;
+    return obj.count(k) && std::holds_alternative<double>(obj.at(k)) ? std::get<double>(obj.at(k)) : -1.0;
+  };
+  EXPECT_EQ(number("flops_inside"), number("flops") * 3 / 4);
+  ASSERT_TRUE(obj.count("peak_instruction")) << r.out;
+  const bool probed = std::get<std::string>(obj.at("peak_instruction")) != "none";
+  if (!cpu_supports(Isa::avx2)) {
+    EXPECT_FALSE(probed) << r.out;
+    GTEST_SKIP() << "the CPU lacks AVX2: no multiply-add probe for the portable kernels";
+  }
+  ASSERT_TRUE(probed) << r.out;
+  EXPECT_GT(number("peak_gflops"), 0);
+  EXPECT_GT(number("of_peak"), 0);
+  EXPECT_NEAR(number("inside_of_peak"), number("of_peak") * 3 / 4, 1e-5 * number("of_peak"));  // 6 digits
+
+  // The portable kernels have no probe: the instruction says so and no share is made up.
+  std::vector<std::string> portable_args = args;
+  portable_args.insert(portable_args.end(), {"--isa", "portable"});
+  const ProcessResult portable = run_cli(portable_args);
+  ASSERT_EQ(portable.exit_code, 0) << portable.err;
+  const auto none = parse_flat_json(portable.out);
+  ASSERT_TRUE(none.count("peak_instruction")) << portable.out;
+  EXPECT_EQ(std::get<std::string>(none.at("peak_instruction")), "none");
+  EXPECT_EQ(none.count("of_peak"), 0u) << portable.out;
+
+  std::vector<std::string> table_args = kTinyBench;
+  table_args.push_back("--peak");
+  const ProcessResult table = run_cli(table_args);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("of_peak"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find('%'), std::string::npos) << table.out;
+}
+
 TEST(Bench, TableAndErrors) {
   const ProcessResult table = run_cli(kTinyBench);
   EXPECT_EQ(table.exit_code, 0) << table.err;
