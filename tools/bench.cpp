@@ -32,9 +32,9 @@ each call (what a training step pays). packed_median_ms is the median with the f
 2*N*Cout*Do*Ho*Wo*Cin/G*kD*kH*kW per call, with the median time; flops_inside (JSON) leaves out the
 products that fall on the pads. --peak runs the engine's multiply-add peak probe (as `conv3d-dx peak`) on
 as many threads, for about as long, before each timed call, and reports the median of the calls' shares of
-it: of_peak counting every product, inside_of_peak only those inside y. --suite default runs the benchmark suite
-(a-i and our own shapes), --suite extra more layer types of 3D networks (tools/suite.hpp), in the selected
-dtype (default fp32) and layouts (default NDHWC data, NCDHW filter).
+it: of_peak counting every product, inside_of_peak only those inside y. --suite default runs the benchmark
+suite (a-i and our own shapes), --suite extra more layer types of 3D networks (tools/suite.hpp), in the
+selected dtype (default fp32) and layouts (default NDHWC data, NCDHW filter).
 
 Exit status: 0 success, 2 invalid parameters, 1 other failures.
 
