@@ -5,8 +5,8 @@ Three views, because this machine kind offers no hardware counters (`perf stat -
 <not supported>) and valgrind cannot execute AVX-512:
   1. time decomposition from `conv3d-dx bench` on the real (AVX-512) engines: per-call filter packing
      (median_ms - packed_median_ms), the NCDHW conversions (NCDHW - NDHWC), 1 -> 2 thread scaling, and the
-     share of peak counting only the taps inside the tensor (the peak of the engine's instruction, measured by
-     `conv3d-dx peak` first);
+     share of peak counting only the taps inside the tensor (the peak of the engine's instruction, timed
+     beside each call by `bench --peak`);
   2. llvm-mca on the inner loops of the AVX-512 micro-kernels, compiled with the build's own flags;
   3. callgrind instruction shares per function (the AVX2 build of the same engines, what valgrind runs).
 
@@ -33,56 +33,26 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
 
 
-def bench(cli, shapes, dtype, layout, threads):
+def bench(cli, shapes, dtype, layout, threads, peak=False):
     out = run([cli, "bench", "--suite", "default", "--shapes", shapes, "--dtype", dtype, "--data-format",
-               layout, "--threads", str(threads), "--repeat", "9", "--warmup", "2", "--json"])
+               layout, "--threads", str(threads), "--repeat", "9", "--warmup", "2", "--json"]
+              + (["--peak"] if peak else []))
     return {r["name"]: r for r in map(json.loads, out.splitlines())}
 
 
-def inside_flops(problem):
-    """FLOPs counting only (y pixel, tap) pairs whose dy index lies inside dy."""
-    f = dict(kv.split("=", 1) for kv in problem.split())
-    ints = lambda k: [int(v) for v in f[k].split("x")]
-    y, dy, k, s, d = ints("y"), ints("dy"), ints("kernel"), ints("stride"), ints("dilation")
-    pads = [int(v) for v in f["pads"].split(",")]
-    count = 1
-    for a in range(3):
-        count *= sum(1 for o in range(dy[a]) for t in range(k[a]) if 0 <= o * s[a] + t * d[a] - pads[2 * a] < y[a])
-    cin_g = int(f["Cin"]) // int(f["groups"])
-    return 2 * int(f["N"]) * int(f["Cout"]) * cin_g * count
-
-
-def peaks(cli, threads):
-    """GFLOP/s of this CPU's multiply-add instructions on `threads` threads, by ISA (`conv3d-dx peak`)."""
-    out = run([cli, "peak", "--threads", str(threads), "--json"])
-    rows = [json.loads(line) for line in out.splitlines()]
-    for r in rows:
-        if r["threads"] == threads:
-            print(f"peak: {r['instruction']:32} {r['threads']} threads {r['gflops']:8.1f} GFLOP/s")
-    return {r["isa"]: r["gflops"] for r in rows if r["threads"] == threads}
-
-
-def engine_peak(peak, engine):
-    """The peak of the instruction an engine's kernels run: AMX tiles, vdpbf16ps, or fp32 FMAs."""
-    for suffix in ("amx_bf16", "avx512_bf16", "avx512", "avx2"):
-        if engine.endswith(suffix):
-            return peak[suffix]
-    # Engines named without an instruction set (direct, pointwise) run fp32 FMAs on the widest vectors.
-    return peak.get("avx512", peak.get("avx2", float("nan")))
-
-
 def decomposition(cli, shapes):
-    peak = peaks(cli, 2)
-    print("== time decomposition (ms, medians of 9; conv3d-dx bench on this CPU's best engines)")
+    print("== time decomposition (ms, medians of 9; conv3d-dx bench on this CPU's best engines; %peak in:"
+          " share of the engine's multiply-add peak timed beside each 2-thread call, bench --peak)")
     print(f"{'shape':6} {'dtype':5} {'layout':6} {'call':>8} {'packed':>8} {'pack':>7} {'vs NDHWC':>9}"
           f" {'1 thr':>8} {'2/1 thr':>8} {'%peak in':>9}  engine")
     for dtype in ("fp32", "bf16"):
-        runs = {(layout, t): bench(cli, shapes, dtype, layout, t) for layout in ("NCDHW", "NDHWC") for t in (1, 2)}
+        runs = {(layout, t): bench(cli, shapes, dtype, layout, t, peak=t == 2)
+                for layout in ("NCDHW", "NDHWC") for t in (1, 2)}
         for name in shapes.split(","):
             for layout in ("NCDHW", "NDHWC"):
                 r2, r1 = runs[(layout, 2)][name], runs[(layout, 1)][name]
                 ndhwc = runs[("NDHWC", 2)][name]["median_ms"]
-                eff = inside_flops(r2["problem"]) / (r2["median_ms"] * 1e6) / engine_peak(peak, r2["engine"]) * 100
+                eff = r2.get("inside_of_peak", math.nan) * 100  # none for the portable kernels
                 print(f"{name:6} {dtype:5} {layout:6} {r2['median_ms']:8.3f} {r2['packed_median_ms']:8.3f}"
                       f" {r2['median_ms'] - r2['packed_median_ms']:7.3f} {r2['median_ms'] - ndhwc:+9.3f}"
                       f" {r1['median_ms']:8.3f} {r1['median_ms'] / r2['median_ms']:8.2f} {eff:8.0f}%  {r2['engine']}")
