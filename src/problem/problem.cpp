@@ -37,8 +37,8 @@ double Problem::flops_inside() const {
     const std::int64_t s = stride[a];
     for (std::int64_t k = 0; k < kernel[a]; ++k) {
       const std::int64_t shift = k * dilation[a] - pad_front[a];
-      const std::int64_t lo = std::max<std::int64_t>(0, shift >= 0 ? 0 : (-shift + s - 1) / s);
-      const std::int64_t last = y_size[a] - 1 - shift;  // o * s <= last
+      const std::int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;  // o * s >= -shift
+      const std::int64_t last = y_size[a] - 1 - shift;                // o * s <= last
       const std::int64_t hi = last < 0 ? -1 : std::min(dy_size[a] - 1, last / s);
       axis_pairs += std::max<std::int64_t>(0, hi - lo + 1);
     }
