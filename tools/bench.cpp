@@ -81,29 +81,28 @@ double time_ms(F&& call) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Shares of the peak, from a probe run just before each timed call (--peak).
-struct PeakShares {
-  std::string instruction;                 // "none" where the engine's instruction set has no probe
-  double gflops = 0;                       // the probe's median rate
-  double of_peak = 0, inside_of_peak = 0;  // medians of the calls' shares
+// With --peak: the probe's median rate (GFLOP/s) and the median of the calls' shares of it, counting every
+// product (a share counting only those inside y is this times flops_inside / flops).
+struct PeakShare {
+  double gflops = 0, of_peak = 0;
 };
 
-// `repeat` timed calls after `warmup` untimed ones; with `probe`, each timed call follows a probe run and
-// its rate over the probe's is recorded in `shares` (flops per call: all products, then those inside y).
+// `repeat` timed calls after `warmup` untimed ones. With `probe` (and `share`), each timed call follows a
+// probe run, and the call's rate of `flops` over the probe's goes into the median.
 template <class F>
-Timing time_calls(int warmup, int repeat, F&& call, const std::optional<cpu::PeakProbe>& probe = {},
-                  double flops = 0, double flops_inside = 0, PeakShares* shares = nullptr) {
+Timing time_calls(int warmup, int repeat, F&& call, const cpu::PeakProbe* probe = nullptr, double flops = 0,
+                  PeakShare* share = nullptr) {
   for (int i = 0; i < warmup; ++i) call();
-  std::vector<double> ms, rates, of_peak, inside;
+  std::vector<double> ms, rates, shares;
   for (int i = 0; i < repeat; ++i) {
     const double rate = probe ? probe->run() : 0;
     ms.push_back(time_ms(call));
-    if (!probe || !(rate > 0) || !(ms.back() > 0)) continue;
-    rates.push_back(rate);
-    of_peak.push_back(flops / (ms.back() * 1e6) / rate);
-    inside.push_back(flops_inside / (ms.back() * 1e6) / rate);
+    if (rate > 0 && ms.back() > 0) {
+      rates.push_back(rate);
+      shares.push_back(flops / (ms.back() * 1e6) / rate);
+    }
   }
-  if (probe && shares) *shares = {probe->instruction(), median(rates), median(of_peak), median(inside)};
+  if (share) *share = {median(rates), median(shares)};
   return summarise(std::move(ms));
 }
 
@@ -224,12 +223,13 @@ int bench_command(const std::vector<std::string>& argv) {
     const auto call = [&] { plan.execute(dy.get(), w.get(), y.get(), workspace.get()); };
     // The probe runs about as long as a call (at least a millisecond), on the plan's threads.
     std::optional<cpu::PeakProbe> probe;
-    PeakShares shares{"none", 0, 0, 0};
     if (peak) {
       call();
       probe = cpu::PeakProbe::for_isa(plan.isa(), plan.threads(), std::max(1e-3, time_ms(call) / 1e3));
     }
-    const Timing t = time_calls(warmup, repeat, call, probe, p.flops(), p.flops_inside(), &shares);
+    PeakShare share;
+    const Timing t = time_calls(warmup, repeat, call, probe ? &*probe : nullptr, p.flops(), &share);
+    const double inside_of_peak = p.flops() > 0 ? share.of_peak * p.flops_inside() / p.flops() : 0;
     plan.pack_filter(w.get());
     const Timing packed =
         time_calls(warmup, repeat, [&] { plan.execute_packed(dy.get(), y.get(), workspace.get()); });
@@ -248,10 +248,10 @@ int bench_command(const std::vector<std::string>& argv) {
           p.flops(), plan.workspace_bytes(), p.flops_inside(), repeat, json_string(p.describe()).c_str(),
           json_string(cpu.name).c_str(), to_string(cpu.uarch));
       if (peak) {
-        std::printf(", \"peak_instruction\": %s", json_string(shares.instruction).c_str());
+        std::printf(", \"peak_instruction\": %s", json_string(probe ? probe->instruction() : "none").c_str());
         if (probe)
-          std::printf(", \"peak_gflops\": %.6g, \"of_peak\": %.6g, \"inside_of_peak\": %.6g", shares.gflops,
-                      shares.of_peak, shares.inside_of_peak);
+          std::printf(", \"peak_gflops\": %.6g, \"of_peak\": %.6g, \"inside_of_peak\": %.6g", share.gflops,
+                      share.of_peak, inside_of_peak);
       }
       std::printf("}\n");
     } else {
@@ -261,8 +261,7 @@ int bench_command(const std::vector<std::string>& argv) {
                   plan.engine_name().c_str(), t.median_ms, t.min_ms, t.max_ms, packed.median_ms, gflops,
                   plan.workspace_bytes());
       if (peak && probe)
-        std::printf(" %9.1f %7.1f%% %8.1f%%", shares.gflops, 100 * shares.of_peak,
-                    100 * shares.inside_of_peak);
+        std::printf(" %9.1f %7.1f%% %8.1f%%", share.gflops, 100 * share.of_peak, 100 * inside_of_peak);
       else if (peak)
         std::printf(" %9s %8s %9s", "-", "-", "-");
       std::printf("\n");

@@ -204,7 +204,7 @@ void store_channel_first(const Problem& p, const KernelSet& ks, const float* til
     // Only runs of 16 pixels on a line skip the caches: the pixels before channel 0's first line boundary
     // are stored apart (plainly), so that the runs after them start on lines (for every channel where the
     // channels lie whole lines apart), whatever the alignment of y and of the row.
-    const bool past_caches = uncached && *type == StoreType::f32 && ks.transposes_uncached;
+    const bool past_caches = uncached && *type == StoreType::f32;
     const std::int64_t head =
         past_caches
             ? std::min<std::int64_t>(
