@@ -4,8 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <thread>
+#include <vector>
 
+#include "common/parallel.hpp"
 #include "cpu/kernels.hpp"
 
 namespace conv3d_dx::cpu {
@@ -18,27 +19,18 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Total flops over wall-clock seconds of `threads` threads each running probe(rounds), released together.
-// A thread the system refuses ends the measurement with its error, after the started ones are joined.
-double run_rate(Probe probe, int threads, std::int64_t rounds) {
-  std::atomic<bool> go{false};
+// Total flops over wall-clock seconds of the calling thread's team (common/parallel.hpp, the threads the
+// engines run on) each running probe(rounds) once, on `threads` threads or as many as the system starts
+// (`used`). The team's own threads, so none of them is still spinning beside the probe after a call, as
+// they would be beside threads of the probe's own (a 1 ms probe right after a call then read half the peak).
+double run_rate(Probe probe, int threads, std::int64_t rounds, int* used = nullptr) {
+  const int n = reserve_threads(threads);
+  if (used != nullptr) *used = n;
   std::atomic<std::int64_t> flops{0};
-  std::vector<std::thread> workers;
-  workers.reserve(static_cast<std::size_t>(threads));
-  try {
-    for (int t = 0; t < threads; ++t)
-      workers.emplace_back([&] {
-        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-        flops += probe(rounds, nullptr);
-      });
-  } catch (...) {
-    go.store(true, std::memory_order_release);
-    for (std::thread& w : workers) w.join();
-    throw;
-  }
   const Clock::time_point start = Clock::now();
-  go.store(true, std::memory_order_release);
-  for (std::thread& w : workers) w.join();
+  parallel_for(n, n, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) flops += probe(rounds, nullptr);
+  });
   return static_cast<double>(flops.load()) / seconds_since(start) / 1e9;
 }
 
@@ -90,8 +82,10 @@ std::vector<PeakRate> measure_peaks(int threads, double seconds) {
     const std::int64_t rounds = calibrate(c.probe, seconds);
     for (const int t : threads > 1 ? std::vector<int>{1, threads} : std::vector<int>{1}) {
       double best = 0;
-      for (int trial = 0; trial < kTrials; ++trial) best = std::max(best, run_rate(c.probe, t, rounds));
-      rates.push_back({c.instruction, c.isa, t, best});
+      int used = 1;
+      for (int trial = 0; trial < kTrials; ++trial)
+        best = std::max(best, run_rate(c.probe, t, rounds, &used));
+      rates.push_back({c.instruction, c.isa, used, best});
     }
   }
   return rates;

@@ -16,8 +16,8 @@ namespace conv3d_dx::cpu {
 struct PeakRate {
   std::string instruction;  // "vfmadd231ps zmm (fp32)" and the like
   Isa isa;                  // the instruction set it belongs to
-  int threads;
-  double gflops;  // the best of a few timed runs, each thread running the probe for about `seconds`
+  int threads;              // that ran it at once
+  double gflops;            // the best of a few timed runs, each thread running the probe for about `seconds`
 };
 
 // The multiply-add that the engines of `isa` run (fp32 FMA for avx2 and avx512, vdpbf16ps, tdpbf16ps),
@@ -41,7 +41,8 @@ class PeakProbe {
 };
 
 // For each multiply-add instruction this CPU (and, for AMX, Linux) allows: its rate on one thread and, when
-// `threads` > 1, on that many threads at once (one probe per thread). threads >= 1, seconds > 0.
+// `threads` > 1, on that many threads at once (one probe per thread, the threads the engines run on; fewer
+// where the system refuses more, and PeakRate::threads says how many). threads >= 1, seconds > 0.
 std::vector<PeakRate> measure_peaks(int threads, double seconds);
 
 }  // namespace conv3d_dx::cpu
