@@ -1965,11 +1965,21 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
       }
     if (ks.store_rows_bf16)
       for (bool saturate : {false, true})
-        for (std::int64_t nc : {1, 16, 33, 64}) {
-          const std::int64_t nr = 7, a_rs = 70, y_rs = nc + 5;
+        for (std::int64_t nc : {1, 16, 32, 33, 64, 95}) {
+          const std::int64_t nr = 7, a_rs = 100, y_rs = nc + 5;
           std::vector<float> a(static_cast<std::size_t>(nr * a_rs));
           for (auto& v : a) v = values[static_cast<std::size_t>(any(rng) % static_cast<std::uint32_t>(n))];
-          a[3] = std::bit_cast<float>(0x7FC00001u);  // a NaN in row 0
+          // Rows 1-3 without NaN or subnormal values (where vcvtne2ps2bf16 stores them); row 0 with a NaN,
+          // row 4 with a subnormal last value (where it would flush it).
+          for (std::int64_t i = a_rs; i < 4 * a_rs; ++i)
+            if (float& v = a[static_cast<std::size_t>(i)];
+                std::isnan(v) || std::fpclassify(v) == FP_SUBNORMAL)
+              v = std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) ^ 0x40000000u);
+          a[std::min<std::size_t>(3, static_cast<std::size_t>(nc - 1))] = std::bit_cast<float>(0x7FC00001u);
+          a[static_cast<std::size_t>(4 * a_rs + nc - 1)] = std::bit_cast<float>(0x807F4000u);
+          // In row 2, values that overflow (saturate clamps them): -inf, and one that rounds up to inf.
+          a[static_cast<std::size_t>(2 * a_rs)] = -std::numeric_limits<float>::infinity();
+          a[static_cast<std::size_t>(2 * a_rs + nc - 1)] = std::bit_cast<float>(0x7F7F8000u);
           std::vector<std::uint16_t> yb(static_cast<std::size_t>(nr * y_rs), 0xAAAA);
           ks.store_rows_bf16(a.data(), a_rs, nr, nc, yb.data(), y_rs, saturate);
           for (std::int64_t r = 0; r < nr; ++r)

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <utility>
 
+#include "common/engine.hpp"
 #include "cpu/kernels.hpp"
 #include "numeric/numeric.hpp"
 
@@ -232,6 +234,39 @@ void store_rows_bf16(const float* a, std::int64_t a_rs, std::int64_t nr, std::in
     }
     if (nan)  // rare: numeric's encoding of the NaN lanes (and the rest again)
       for (std::int64_t c = 0; c < nc; ++c) dst[c] = numeric::f32_to_bf16(src[c], saturate);
+  }
+}
+
+// store_rows_bf16 by vcvtne2ps2bf16 (avx512_bf16: only where the CPU has it), 32 values an instruction. It
+// rounds every finite normal value to nearest even as bf16_round does, but flushes denormal inputs to zero
+// and encodes NaN its own way: a row holding either goes through store_rows_bf16 instead. saturate clamps
+// to the largest finite bf16 first, which is where bf16_round takes what would round past it.
+void store_rows_bf16_cvt(const float* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                         std::uint16_t* y, std::int64_t y_rs, bool saturate) {
+  constexpr int kNanOrDenormal = 0x01 | 0x20 | 0x80;  // vfpclassps: QNaN, denormal, SNaN
+  const __m512 max = _mm512_set1_ps(std::bit_cast<float>(0x7F7F0000u)), min = _mm512_set1_ps(-max[0]);
+  const auto clamp = [&](__m512 v) __attribute__((always_inline)) {
+    return saturate ? _mm512_maskz_max_ps(0xFFFF, _mm512_maskz_min_ps(0xFFFF, v, max), min) : v;
+  };
+  const std::int64_t pairs = nc / 32 * 32;
+  for (std::int64_t r = 0; r < nr; ++r) {
+    const float* src = a + r * a_rs;
+    std::uint16_t* dst = y + r * y_rs;
+    __mmask16 special = 0;
+    std::int64_t c = 0;
+    for (; c < pairs; c += 32) {
+      const __m512 lo = _mm512_loadu_ps(src + c), hi = _mm512_loadu_ps(src + c + 16);
+      special |= static_cast<__mmask16>(_mm512_fpclass_ps_mask(lo, kNanOrDenormal) |
+                                        _mm512_fpclass_ps_mask(hi, kNanOrDenormal));
+      _mm512_storeu_si512(dst + c, std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(clamp(hi), clamp(lo))));
+    }
+    for (; c < nc; c += 16) {
+      const __mmask16 m = tail16(nc - c);
+      const __m512 v = _mm512_maskz_loadu_ps(m, src + c);
+      special |= _mm512_mask_fpclass_ps_mask(m, v, kNanOrDenormal);
+      _mm256_mask_storeu_epi16(dst + c, m, std::bit_cast<__m256i>(_mm512_cvtneps_pbh(clamp(v))));
+    }
+    if (special != 0) store_rows_bf16(src, a_rs, 1, nc, dst, y_rs, saturate);
   }
 }
 
@@ -659,7 +694,7 @@ const KernelSet& avx512_kernels() {
       s.stream_masked[v] = &StreamTile<V, 1, v, true>::kernel;
     });
     s.to_bf16 = &to_bf16;
-    s.store_rows_bf16 = &store_rows_bf16;
+    s.store_rows_bf16 = cpu_supports(Isa::avx512_bf16) ? &store_rows_bf16_cvt : &store_rows_bf16;
     s.to_fp16 = &to_fp16;
     s.store_transposed = &store_transposed;
     s.transposes_uncached = true;
