@@ -823,12 +823,14 @@ TEST_P(CpuIsa, PlaneModeMatchesRowModeBitwise) {
                   << c.name() << ", tap groups of " << dh_group << ", " << planes << " planes per task";
               EXPECT_TRUE(padding_intact(inst.y)) << c.name();
             }
-          // Fused W taps sum in the same order as separate ones (single-tap tiles: not sharing W taps).
+          // Fused W taps sum in the same order as separate ones (single-tap tiles: not sharing W taps),
+          // except in AMX products over fewer than 16 pairs, which take a phase's taps side by side.
           cpu::GemmTuning fused{0, 0, 0, 0};
           fused.share_w = false;
           fill_canary(inst.y);
           run_gemm(p, inst, GetParam(), fused);
           ASSERT_TRUE(matches_reference(p, inst)) << c.name() << ", single-tap tiles";
+          if (cpu::gemm_config(p, host_cpu_model(), GetParam(), 2, fused).amx_pairs < 16) continue;
           const Tensor fused_y = inst.y;
           fill_canary(inst.y);
           cpu::GemmTuning separate = fused;
@@ -1746,6 +1748,43 @@ TEST(CpuAmx, TileEdges) {
         check_amx_rows_and_planes(c, validate(inst.spec), inst, fill);
         if (::testing::Test::HasFatalFailure()) return;
       }
+}
+
+// Few output channels on AMX: each phase's fused W taps side by side in one reduction, tap by tap padded to
+// even only, in products over fewer than 16 pairs (GemmConfig::amx_pairs): 1 to 12 output channels, W
+// kernels of 2 to 5 taps at strides 1 and 2 (phases of unequal tap counts), groups, dilation 2, 1 to 40
+// input channels; bf16, HiFloat8 and FP8 inputs; both data formats; rows and flat planes on 1 and 2
+// threads, the same bits, against the reference (exactly for small integers into fp32 y).
+TEST(CpuAmx, FewOutputChannelsSideBySide) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  std::mt19937_64 rng(151);
+  const DType dtypes[] = {DType::bf16, DType::hif8, DType::fp8_e4m3fn};
+  int k = 0, side_by_side = 0;
+  for (std::int64_t cout : {1, 2, 3, 4, 5, 6, 8, 12})
+    for (std::int64_t kw : {2, 3, 5})
+      for (std::int64_t s : {1, 2}) {
+        Case c = with_dtype(Case{}, dtypes[k % 3]);
+        c.data_format = kDataFormats[k % 2];
+        c.filter_format = kFilterFormats[k % 3];
+        c.y_dtype = k % 4 == 0 ? DType::f32 : c.dtype;
+        c.groups = k % 5 == 4 ? 2 : 1;
+        c.Cin = c.groups * (k % 3 == 0 ? 1 + k % 40 : 16 * (1 + k % 3) + k % 7);
+        c.Cout = c.groups * cout;
+        c.kernel = {2, 3, kw};
+        c.stride = {1, s, s};
+        c.dilation = {1, 1, k % 7 == 6 ? 2 : 1};
+        c.in = {3, 4, s * (17 + k % 19)};
+        c.pad_front = {1, 1, 1};
+        c.pad_back = {0, 1, kw - 1};
+        const Fill fill = k % 2 == 0 ? Fill::small_integers : Fill::random;
+        ++k;
+        Instance inst = instantiate(c, rng, fill);
+        const Problem p = validate(inst.spec);
+        side_by_side += cpu::gemm_config(p, host_cpu_model(), Isa::amx_bf16, 2).amx_pairs < 16;
+        check_amx_rows_and_planes(c, p, inst, fill);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  EXPECT_GE(side_by_side, 20) << "of " << k << " cases";
 }
 
 // Two AMX channel blocks (40 input channels) over 20 output channels, padded by one on every side: the

@@ -66,6 +66,7 @@ TEST(CpuModel, Bf16InputsFollowTheCostTable) {
   std::mt19937_64 rng(7);
   Case wide = with_dtype(Case{}, DType::bf16);
   wide.Cin = 20;  // the GEMM engine's problem
+  wide.Cout = 2;  // too few for AMX tiles, which decline
   Instance inst = instantiate(wide, rng, Fill::random);
   const Problem p = validate(inst.spec);
   CpuModel intel = host_cpu_model(), zen = host_cpu_model();

@@ -74,9 +74,11 @@ TEST_F(GemmConfigTest, ChannelBlocksShareTheChannelsEvenly) {
   EXPECT_EQ(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2).nv, 2);
 }
 
-// AMX (decided without running it): the reduction padded to 32 channels, blocks of two vectors, dy always
-// converted with zero pixels beside its rows as far as the taps reach, and flat planes where rows are short
-// (suite shape e's 6 pixels) but not where they fill the 16-row tiles (32 pixels).
+// AMX (decided without running it): the reduction padded to 32 channels, or where that is costly (40
+// channels: 64, 1.6x) a phase's fused W taps side by side padded to even, in products of as many pairs as
+// divide them (3 x 20 pairs: 4 products of 15, not 6 of 16); blocks of two vectors, dy always converted with
+// zero pixels beside its rows as far as the taps reach, and flat planes where rows are short (suite shape
+// e's 6 pixels) but not where they fill the 16-row tiles (32 pixels).
 TEST_F(GemmConfigTest, AmxPadsTheReductionAndFlattensShortRows) {
   Case c = with_dtype(Case{}, DType::bf16);
   c.Cin = 384;
@@ -85,7 +87,13 @@ TEST_F(GemmConfigTest, AmxPadsTheReductionAndFlattensShortRows) {
   c.pad_front = c.pad_back = {1, 1, 1};
   const auto short_rows = cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2);
   EXPECT_TRUE(short_rows.amx && short_rows.bf16);
-  EXPECT_EQ(short_rows.kpad, 64);
+  EXPECT_EQ(short_rows.kpad, 40);
+  EXPECT_EQ(short_rows.amx_pairs, 15);
+  cpu::GemmTuning unfused;
+  unfused.fuse_w = false;
+  const auto padded = cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2, unfused);
+  EXPECT_EQ(padded.kpad, 64);
+  EXPECT_EQ(padded.amx_pairs, 16);
   EXPECT_EQ(short_rows.nv, 2);
   EXPECT_FALSE(short_rows.direct_dy);
   // Kernel 3, pad 1: y pixel j reads dy pixels j - 1 to j + 1.

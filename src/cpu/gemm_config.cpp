@@ -1,5 +1,6 @@
 // The GEMM engine's configuration step: every blocking and layout decision for a problem on a CPU.
 #include <algorithm>
+#include <numeric>
 
 #include "cpu/gemm_engine.hpp"
 #include "cpu/geometry.hpp"
@@ -11,7 +12,10 @@ namespace conv3d_dx::cpu {
 std::string GemmConfig::describe() const {
   std::string s = std::string(to_string(isa)) +
                   (amx ? " AMX tiles of up to " + std::to_string(kAmxMaxM) + " pixels" +
-                             (split ? " (fp16 split into bf16 hi + lo, 4 products)" : "")
+                             (split ? " (fp16 split into bf16 hi + lo, 4 products)" : "") +
+                             (amx_pairs < 16 ? " (products over " + std::to_string(amx_pairs) +
+                                                   " channel pairs, W taps side by side)"
+                                             : "")
                    : bf16 ? " vdpbf16ps pairs"
                           : " fp32 FMA") +
                   ", channel blocks of " + std::to_string(nv * lanes) + ", tiles up to " +
@@ -119,6 +123,27 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   }
   c.share_w = share;
   if (share) std::copy(shared_m + 1, shared_m + c.nv + 1, c.max_m + 1);
+  // AMX with few output channels: each tap padded to 32 reduction elements multiplies the work by up to
+  // 32 / Cout_g. Where a phase's W taps fuse, taps padded only to even lie side by side in one reduction
+  // (3 taps of 3 channels: 12 elements, not 3 x 32) and tile products take fewer than 16 pairs, as many as
+  // divide every phase's reduction; chosen where that takes fewer products per pixel.
+  if (c.amx && !c.split && c.fuse_w) {
+    const std::int64_t even = (p.Cout_g + 1) / 2 * 2;
+    std::int64_t fused = 0;  // the gcd of the phases' fused reductions, in pairs
+    for (const AxisPhase& ph : w_axis.phases)
+      if (ph.count > 0 && !ph.taps.empty()) fused = std::gcd(fused, even / 2 * std::ssize(ph.taps));
+    std::int64_t pairs = 16, padded = 0, compact = 0;
+    while (pairs > 1 && fused % pairs != 0) --pairs;
+    for (const AxisPhase& ph : w_axis.phases)
+      if (ph.count > 0 && !ph.taps.empty()) {
+        padded += std::ssize(ph.taps) * kpad / 32;
+        compact += even / 2 * std::ssize(ph.taps) / pairs;
+      }
+    if (fused > 0 && compact < padded) {
+      c.kpad = even;
+      c.amx_pairs = static_cast<int>(pairs);
+    }
+  }
   // AMX tiles read every tap's dy pixels for the whole tile, in or out of dy: the converted rows get zero
   // pixels on both sides as far as any phase's taps reach (taps run from the largest offset, front, to the
   // smallest, back).
@@ -137,7 +162,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   c.plane_budget = cpu.l2_bytes / 4;
   const std::int64_t block_width = static_cast<std::int64_t>(c.nv) * c.lanes;
   const std::int64_t elem = c.bf16 ? 2 : 4;
-  const std::int64_t dh_bytes = p.kernel[2] * kpad * block_width * elem;  // the taps of one (kd, kh)
+  const std::int64_t dh_bytes = p.kernel[2] * c.kpad * block_width * elem;  // the taps of one (kd, kh)
   const std::int64_t dh_taps = p.kernel[0] * p.kernel[1];
   c.plane_mode = tuning.plane >= 0 ? tuning.plane == 1
                                    : dh_bytes * dh_taps > c.weight_budget &&
@@ -196,7 +221,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // worse with it (i 1.45x, d 1.12x) and keep block-major order.
   const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const std::int64_t packed = saturating_mul(
-      saturating_mul(saturating_mul(p.G, taps), saturating_mul(kpad, ceil_div(p.Cin_g, c.lanes) * c.lanes)),
+      saturating_mul(saturating_mul(p.G, taps), saturating_mul(c.kpad, ceil_div(p.Cin_g, c.lanes) * c.lanes)),
       elem);
   const std::int64_t task_pixels = c.plane_mode ? c.planes_per_task * p.y_size[1] * p.y_size[2]
                                    : c.flat     ? p.y_size[1] * p.y_size[2]

@@ -1101,17 +1101,18 @@ class GemmEngine final : public EngineImpl {
                 written_tile |= static_cast<unsigned char>(ntaps > 0);
               } else if (config_.plane_mode) {
                 if (ntaps > 0)
-                  phase_fns[m](
-                      TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, true});
+                  phase_fns[m](TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw,
+                                        true, false, config_.amx_pairs});
               } else if (config_.staged) {
-                phase_fns[m](
-                    TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw, false});
+                phase_fns[m](TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, row + iw0 * cbw, W.stride * cbw,
+                                      false, false, config_.amx_pairs});
               } else if (y_direct) {
                 float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
                 const bool uncached = config_.uncached_y && reinterpret_cast<std::uintptr_t>(at) % 64 == 0;
                 phase_fns[m](TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, at, y_step, false, uncached});
               } else {
-                phase_fns[m](TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, tile, cbw, false});
+                phase_fns[m](
+                    TileArgs{dy_tile, dy_w_, dy_c_, taps, ntaps, tile, cbw, false, false, config_.amx_pairs});
                 store_tile(tile, m, cbw, valid, n, c0, id, ih, iw0, W.stride, y);
               }
             }
@@ -1218,7 +1219,8 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t m = std::min(width, pixels - v0);
           if (v0 > 0)
             for (std::int64_t i = 0; i < ntaps; ++i) taps[i].dy_off += width * dy_w_;
-          fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + v0 * cbw, cbw, false});
+          fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + v0 * cbw, cbw, false, false,
+                          config_.amx_pairs});
         }
       }
     // Store y row by row: each W phase's pixels (every sw-th of the row) straight from its region into y
@@ -1474,10 +1476,10 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
   if (!why_not.empty()) return nullptr;
   GemmConfig config = gemm_config(p, request.cpu, isa, request.threads, tuning);
   if (config.amx) {
-    // Padding the reduction to 32 channels multiplies the work by kpad / Cout_g; beyond 4x the AVX-512
-    // kernels are as fast (unless the caller named amx_bf16). A halo wider than dy itself (y reaching far
-    // past dy) would mostly multiply zeros.
-    if (p.Cout_g * (config.split ? 4 : 1) * 4 < config.kpad &&
+    // Padding the reduction multiplies the work by kpad / Cout_g, and products over fewer than 16 pairs by
+    // 16 / amx_pairs more; beyond 4x the AVX-512 kernels are as fast (unless the caller named amx_bf16). A
+    // halo wider than dy itself (y reaching far past dy) would mostly multiply zeros.
+    if (p.Cout_g * (config.split ? 4 : 1) * 4 * config.amx_pairs < config.kpad * 16 &&
         !(request.isa_named && request.isa == Isa::amx_bf16)) {
       why_not = "out_backprop has " + std::to_string(p.Cout_g) +
                 " channels per group: AMX tiles reduce over 32 at a time";

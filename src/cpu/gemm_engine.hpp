@@ -39,8 +39,13 @@ struct GemmConfig {
   // AMX with fp16 inputs (splits_into_bf16 but not all exact in bf16): every dy and filter value split into
   // bf16 hi + lo (split_units), four reduction elements per channel.
   bool split = false;
-  // Reduction elements per tap: Cout_g (4 Cout_g when split), padded to even for pairs, to 32 for AMX.
+  // Reduction elements per tap: Cout_g (4 Cout_g when split), padded to even for pairs, to 32 for AMX
+  // (to even where amx_pairs < 16).
   std::int64_t kpad = 0;
+  // AMX: channel pairs per tile product. 16 (32 channels), or, where few output channels make padding each
+  // tap to 32 costly and a phase's W taps fuse, the most pairs (up to 16) that divide every phase's fused
+  // reduction of taps padded to even only.
+  int amx_pairs = 16;
   // AMX: zero dy pixels before and after each converted dy row, so every W tap covers all pixels of a tile.
   std::int64_t halo_lo = 0, halo_hi = 0;
   // AMX, flat planes: a task is one y plane of a channel block and AMX tiles run over each (H phase, W

@@ -42,6 +42,9 @@ struct TileArgs {
   // tile_ps aligned to the vector width. For speed the caller asks only where each pixel's results are whole
   // 64-byte lines. The caller runs _mm_sfence before other threads read them. Ignored by the AMX tiles.
   bool uncached = false;
+  // AMX tiles: channel pairs per tile product (16, or fewer for few output channels); every tap's k is a
+  // multiple of it. Ignored by the other kernels.
+  std::int32_t amx_pairs = 16;
 };
 
 using TileFn = void (*)(const TileArgs&);
@@ -204,7 +207,7 @@ struct KernelSet {
 };
 
 // AMX tiles (kernels_amx.cpp): M <= kAmxMaxM pixels x NV <= 2 vectors of 16 input channels over bf16
-// channel pairs, tdpbf16ps. Every tap covers all M pixels and has k a multiple of 16 pairs (32 channels).
+// channel pairs, tdpbf16ps. Every tap covers all M pixels and has k a multiple of TileArgs::amx_pairs.
 inline constexpr int kAmxMaxM = 32;
 struct AmxKernels {
   TileFn tile[3][kAmxMaxM + 1] = {};  // [NV][M]

@@ -5,9 +5,10 @@
 // to four fp32 accumulator tiles C[r][v], two dy tiles A[r] (16 pixels x 16 channel pairs, rows one dy
 // pixel apart) and two filter tiles B[v] (16 channel pairs x 16 input channels, the packed filter's
 // [pair][channel][2] layout as it is). tdpbf16ps adds A[r] . B[v] into C[r][v]; each chunk of 16 pairs
-// loads two A and two B tiles for four products. The engine pads the reduction channels to multiples of
-// 32 and gives every tap its whole pixel range (zero pixels beside each dy row), so a kernel needs no
-// masks; taps in list order, then chunks, keep the sum order fixed.
+// (TileArgs::amx_pairs: fewer for few output channels, A tiles then narrower and B tiles shorter) loads two
+// A and two B tiles for four products. The engine pads each tap's reduction to a multiple of the chunk and
+// gives every tap its whole pixel range (zero pixels beside each dy row), so a kernel needs no masks; taps
+// in list order, then chunks, keep the sum order fixed.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -103,22 +104,23 @@ inline __attribute__((always_inline)) void tile_dot() {
 // once.
 thread_local int loaded_shape = 0;
 
+// Tiles of M pixels, NV vectors and chunks of `pairs` channel pairs (1 to 16).
 template <int M, int NV>
-inline __attribute__((always_inline)) void configure() {
-  constexpr int shape = M * 4 + NV;
+inline __attribute__((always_inline)) void configure(int pairs) {
+  const int shape = (M * 4 + NV) * 32 + pairs;
   if (loaded_shape == shape) return;
   TileConfig cfg;
   for (int r = 0; r * 16 < M; ++r) {
     const auto rows = static_cast<std::uint8_t>(M - 16 * r < 16 ? M - 16 * r : 16);
     cfg.rows[a_tile(r)] = rows;
-    cfg.colsb[a_tile(r)] = 64;
+    cfg.colsb[a_tile(r)] = static_cast<std::uint16_t>(4 * pairs);
     for (int v = 0; v < NV; ++v) {
       cfg.rows[c_tile(r, v)] = rows;
       cfg.colsb[c_tile(r, v)] = 64;
     }
   }
   for (int v = 0; v < NV; ++v) {
-    cfg.rows[b_tile(v)] = 16;
+    cfg.rows[b_tile(v)] = static_cast<std::uint8_t>(pairs);
     cfg.colsb[b_tile(v)] = 64;
   }
   _tile_loadconfig(&cfg);
@@ -128,7 +130,8 @@ inline __attribute__((always_inline)) void configure() {
 template <int M, int NV>
 void tile_kernel(const TileArgs& a) {
   constexpr int R = (M + 15) / 16;
-  configure<M, NV>();
+  const std::int64_t pairs = a.amx_pairs;
+  configure<M, NV>(a.amx_pairs);
   const std::int64_t tile_row_bytes = a.tile_ps * 4;
   static_for<0, R>([&](auto rc) {
     constexpr int r = decltype(rc)::value;
@@ -147,7 +150,7 @@ void tile_kernel(const TileArgs& a) {
     const TapRef& tap = a.taps[t];
     const char* d = dy + tap.dy_off * 2;
     const char* w = static_cast<const char*>(tap.w);
-    for (std::int64_t s = 0; s < tap.k; s += 16, d += 64, w += 16 * w_row_bytes) {
+    for (std::int64_t s = 0; s < tap.k; s += pairs, d += 4 * pairs, w += pairs * w_row_bytes) {
       static_for<0, R>([&](auto rc) {
         constexpr int r = decltype(rc)::value;
         tile_load<a_tile(r)>(d + r * 16 * dy_row_bytes, dy_row_bytes);
