@@ -114,8 +114,8 @@ TEST_F(GemmConfigTest, AmxPadsTheReductionAndFlattensShortRows) {
 
 // AMX runs a row's or plane's channel blocks in turn where the whole packed filter fits in a core's L2, or in
 // twice that for tasks of at least 128 pixels: a 3.4 MiB filter (27 taps x 256 x 256 bf16) over 16 x 32
-// planes (rows of 32 pixels) only with a 4 MiB L2; over 22 x 40 planes (flat planes of 880 pixels) already
-// with 2 MiB, not with 1 MiB. The FMA kernels keep a block's tasks together; fp16 inputs are split into four
+// planes (rows of 32 pixels) only with a 4 MiB L2; over 12 x 40 planes (flat planes of 480 pixels) already
+// with 2 MiB, not with 1 MiB (where the planes' dy does not fit beside the staging plane, and rows run). The FMA kernels keep a block's tasks together; fp16 inputs are split into four
 // elements per channel (kpad 4 x Cout, padded to 32).
 TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
   Case c = with_dtype(Case{}, DType::bf16);
@@ -126,7 +126,7 @@ TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
   ASSERT_FALSE(by_rows.flat || by_rows.plane_mode) << by_rows.describe();
   EXPECT_FALSE(by_rows.blocks_inner);
   EXPECT_TRUE(cpu::gemm_config(rows, with_l2(4 << 20), Isa::amx_bf16, 2).blocks_inner);
-  c.in = {3, 22, 40};
+  c.in = {3, 12, 40};
   const Problem p = problem_of(c);
   const auto flat = cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2);
   ASSERT_TRUE(flat.flat) << flat.describe();
