@@ -1367,6 +1367,19 @@ class GemmEngine final : public EngineImpl {
                           p_.overflow == OverflowMode::saturate);
     } else if (s[1] == 1 && ps == valid && valid == cbw) {  // the pixels' channels follow on: one run
       store_run(p_, ks_, tile, 1, y, base, 1, m * valid);
+    } else if (s[1] == 1 && p_.y_dtype != DType::f32 && valid == cbw) {
+      // Channels contiguous, encoded: pixels converted together into a buffer (one call per 4 KiB of
+      // codes rather than one per pixel, which for short runs cost more than the encoding), then copied.
+      const auto es = static_cast<std::int64_t>(dtype_size(p_.y_dtype));
+      alignas(64) unsigned char codes[4096];
+      const std::int64_t per = std::max<std::int64_t>(1, std::int64_t{sizeof codes} / (es * cbw));
+      for (std::int64_t p0 = 0; p0 < m; p0 += per) {
+        const std::int64_t count = std::min(per, m - p0);
+        store_run(p_, ks_, tile + p0 * cbw, 1, codes, 0, 1, count * cbw);
+        for (std::int64_t p = 0; p < count; ++p)
+          std::memcpy(static_cast<char*>(y) + (base + (p0 + p) * ps) * es, codes + p * cbw * es,
+                      static_cast<std::size_t>(cbw * es));
+      }
     } else if (s[1] == 1) {  // channels contiguous: one run per pixel
       for (std::int64_t p = 0; p < m; ++p) store_run(p_, ks_, tile + p * cbw, 1, y, base + p * ps, 1, valid);
     } else if (ps == 1) {
