@@ -207,9 +207,9 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
     // find a row's dy in L1 or L2. Xeon with AMX, bf16 channels_last, 2 threads: a (1.3 MiB of dy planes)
     // 0.93x the time in rows.
     const std::int64_t staging = p.y_size[1] * p.stride[2] * padded_width * block_width * 4;
-    const std::int64_t dy_planes = saturating_mul(
-        phase_taps[0],
-        saturating_mul((p.dy_size[1] + (p.kernel[1] - 1) * p.dilation[1]) * padded_width, c.kpad * elem));
+    const std::int64_t dy_rows = p.dy_size[1] + (p.kernel[1] - 1) * p.dilation[1];
+    const std::int64_t dy_planes =
+        saturating_mul(saturating_mul(phase_taps[0], dy_rows), saturating_mul(padded_width, c.kpad * elem));
     c.flat = tuning.plane == 2 || (flat * 20 < by_rows * 19 && staging <= c.plane_budget &&
                                    saturating_add(dy_planes, staging) <= cpu.l2_bytes / 2);
     if (c.flat)
