@@ -690,12 +690,16 @@ class GemmEngine final : public EngineImpl {
     // pair's: too far for the hardware prefetchers, so those of the pair kAhead on are requested now.
     constexpr std::int64_t kAhead = 2;
     const auto prefetch_pair = [&](std::int64_t co) __attribute__((always_inline)) {
-      if (s[1] != 1) return;
+      if (s[1] != 1 && !ncdhw) return;
       for (std::int64_t c = co; c < std::min(co + 2, p_.Cout_g); ++c)
-        for (std::int64_t t = 0; t < taps_; ++t)
-          prefetch_bytes(reinterpret_cast<const char*>(filter + (g * p_.Cout_g + c) * s[0] + b.ci0 +
-                                                       tap_src_[static_cast<std::size_t>(t)]),
-                         valid * static_cast<std::int64_t>(sizeof(Src)));
+        if (s[1] != 1)  // an NCDHW block's [ci][tap] run
+          prefetch_bytes(reinterpret_cast<const char*>(filter + (g * p_.Cout_g + c) * s[0] + b.ci0 * s[1]),
+                         valid * taps_ * static_cast<std::int64_t>(sizeof(Src)));
+        else
+          for (std::int64_t t = 0; t < taps_; ++t)
+            prefetch_bytes(reinterpret_cast<const char*>(filter + (g * p_.Cout_g + c) * s[0] + b.ci0 +
+                                                         tap_src_[static_cast<std::size_t>(t)]),
+                           valid * static_cast<std::int64_t>(sizeof(Src)));
     };
     for (std::int64_t co = 0; co < 2 * kAhead; co += 2) prefetch_pair(co);
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
