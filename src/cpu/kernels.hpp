@@ -138,6 +138,9 @@ struct KernelSet {
   StreamFn stream_masked[kMaxStreamV + 1] = {};               // [V], one row
   // Whether any of n bf16 values is nonzero with magnitude below 2^-56 (see tiny_bf16 in support.hpp).
   bool (*any_tiny_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
+  // dst[i] = src[i] for i < n (bf16 bits), and whether any is tiny (as any_tiny_bf16). Null where the ISA
+  // has none.
+  bool (*copy_bf16)(const std::uint16_t* src, std::int64_t n, std::uint16_t* dst) = nullptr;
   // Whether any of n bf16 values is an infinity or a NaN. Null where the ISA has none.
   bool (*any_nonfinite_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
   // y[c * y_cs + r] = a[r * a_rs + c] for r < nr, c < nc: a transposing store. a is fp32 or bf16 (a_bf16),

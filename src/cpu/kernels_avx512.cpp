@@ -617,15 +617,35 @@ void split_filter_bf16(const float* src, std::int64_t n, std::uint16_t* first, s
   }
 }
 
+// The lanes of m whose bf16 value is tiny (tiny_bf16): (|v| - 1) < 0x237F unsigned, nonzero and below 2^-56;
+// zero wraps to 0xFFFF.
+CONV3D_DX_INLINE __mmask32 tiny_lanes(__m512i v, __mmask32 m) {
+  return _mm512_mask_cmplt_epu16_mask(
+      m, _mm512_sub_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x7FFF)), _mm512_set1_epi16(1)),
+      _mm512_set1_epi16(0x237F));
+}
+
+// The lanes of a vector of 32 bf16 values that hold elements when `left` remain.
+CONV3D_DX_INLINE __mmask32 tail32(std::int64_t left) {
+  return left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << left) - 1u);
+}
+
 bool any_tiny_bf16(const std::uint16_t* p, std::int64_t n) {
-  const __m512i magnitude = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1),
-                below = _mm512_set1_epi16(0x237F);
   __mmask32 any = 0;
   for (std::int64_t i = 0; i < n; i += 32) {
-    const auto m = n - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << (n - i)) - 1u);
-    const __m512i v = _mm512_maskz_loadu_epi16(m, p + i);
-    // (|v| - 1) < 0x237F unsigned: nonzero and below 2^-56; zero wraps to 0xFFFF.
-    any |= _mm512_mask_cmplt_epu16_mask(m, _mm512_sub_epi16(_mm512_and_si512(v, magnitude), one), below);
+    const __mmask32 m = tail32(n - i);
+    any |= tiny_lanes(_mm512_maskz_loadu_epi16(m, p + i), m);
+  }
+  return any != 0;
+}
+
+bool copy_bf16(const std::uint16_t* src, std::int64_t n, std::uint16_t* dst) {
+  __mmask32 any = 0;
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const __mmask32 m = tail32(n - i);
+    const __m512i v = _mm512_maskz_loadu_epi16(m, src + i);
+    _mm512_mask_storeu_epi16(dst + i, m, v);
+    any |= tiny_lanes(v, m);
   }
   return any != 0;
 }
@@ -634,7 +654,7 @@ bool any_nonfinite_bf16(const std::uint16_t* p, std::int64_t n) {
   const __m512i exponent = _mm512_set1_epi16(0x7F80);
   __mmask32 any = 0;
   for (std::int64_t i = 0; i < n; i += 32) {
-    const auto m = n - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << (n - i)) - 1u);
+    const __mmask32 m = tail32(n - i);
     const __m512i v = _mm512_maskz_loadu_epi16(m, p + i);
     any |= _mm512_mask_cmpeq_epi16_mask(m, _mm512_and_si512(v, exponent), exponent);
   }
@@ -675,6 +695,7 @@ const KernelSet& avx512_kernels() {
     fill_tiles<V, Bf16ExactStep, 4, 6>(s.bf16_exact);
     s.any_tiny_bf16 = &any_tiny_bf16;
     s.any_nonfinite_bf16 = &any_nonfinite_bf16;
+    s.copy_bf16 = &copy_bf16;
     s.interleave_bf16 = &interleave_bf16;
     s.interleave_f32 = &interleave_f32;
     s.split_dy_bf16 = &split_dy_bf16;
