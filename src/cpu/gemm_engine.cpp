@@ -808,7 +808,7 @@ class GemmEngine final : public EngineImpl {
     const bool to_f32 = std::is_same_v<T, float> && dy_reader_.widens(ks_);
     if (s[1] == 1 && (to_pairs || to_f32)) {
       // bf16 copied by a kernel that reports tiny values on the way, so the plane is not read again to scan
-      // it (a tenth of suite shape i's time, 5.6 MiB of dy, went to scanning).
+      // it (5 % of suite shape i's time, 5.6 MiB of dy, went to scanning).
       const bool copy_scans = scan && ks_.copy_bf16 != nullptr;
       // n elements of dy from `at` on, into dst; whether a copied bf16 value is tiny.
       const auto convert_run = [&](std::int64_t at, std::int64_t n, T* dst) {
