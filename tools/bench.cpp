@@ -107,6 +107,16 @@ Timing time_calls(int warmup, int repeat, F&& call, const cpu::PeakProbe* probe 
 }
 
 // A 5-D shape from canonical [N, C, D, H, W] order into `layout` order (filters: [Cout, Cin_g, kD, kH, kW]).
+// The instruction set of the kernels an engine runs, from its name (gemm_amx_bf16, pixel_avx512, ...); none
+// for the portable ones. The plan's level can be higher: fp32 on an AMX Xeon runs gemm_avx512's FMAs.
+std::optional<Isa> engine_isa(const std::string& engine) {
+  for (const Isa isa : {Isa::amx_bf16, Isa::avx512_bf16, Isa::avx512, Isa::avx2}) {
+    const std::string suffix = std::string("_") + to_string(isa);
+    if (engine.size() > suffix.size() && engine.ends_with(suffix)) return isa;
+  }
+  return std::nullopt;
+}
+
 Shape5 from_canonical(const Shape5& c, Layout layout) {
   switch (layout) {
     case Layout::NCDHW:
@@ -225,7 +235,8 @@ int bench_command(const std::vector<std::string>& argv) {
     std::optional<cpu::PeakProbe> probe;
     if (peak) {
       call();
-      probe = cpu::PeakProbe::for_isa(plan.isa(), plan.threads(), std::max(1e-3, time_ms(call) / 1e3));
+      if (const auto isa = engine_isa(plan.engine_name()))
+        probe = cpu::PeakProbe::for_isa(*isa, plan.threads(), std::max(1e-3, time_ms(call) / 1e3));
     }
     PeakShare share;
     const Timing t = time_calls(warmup, repeat, call, probe ? &*probe : nullptr, p.flops(), &share);
