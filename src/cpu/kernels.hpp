@@ -45,6 +45,9 @@ struct TileArgs {
   // AMX tiles: channel pairs per tile product (16, or fewer for few output channels); every tap's k is a
   // multiple of it. Ignored by the other kernels.
   std::int32_t amx_pairs = 16;
+  // AMX tiles: load the filter tiles with the streaming hint (tileloaddt1), which leaves L1 to the dy rows
+  // the next chunks and taps reread. Ignored by the other kernels.
+  bool amx_stream_filter = false;
 };
 
 using TileFn = void (*)(const TileArgs&);

@@ -72,6 +72,13 @@ inline __attribute__((always_inline)) void tile_load(const void* p, std::int64_t
 }
 
 template <int T>
+inline __attribute__((always_inline)) void tile_stream_load(const void* p, std::int64_t stride) {
+#define CONV3D_DX_STREAM_LOAD(t) _tile_stream_loadd(t, p, stride)
+  CONV3D_DX_EACH_TILE(CONV3D_DX_STREAM_LOAD)
+#undef CONV3D_DX_STREAM_LOAD
+}
+
+template <int T>
 inline __attribute__((always_inline)) void tile_store(void* p, std::int64_t stride) {
 #define CONV3D_DX_STORE(t) _tile_stored(t, p, stride)
   CONV3D_DX_EACH_TILE(CONV3D_DX_STORE)
@@ -157,7 +164,10 @@ void tile_kernel(const TileArgs& a) {
       });
       static_for<0, NV>([&](auto vc) {
         constexpr int v = decltype(vc)::value;
-        tile_load<b_tile(v)>(w + v * 64, w_row_bytes);
+        if (a.amx_stream_filter)
+          tile_stream_load<b_tile(v)>(w + v * 64, w_row_bytes);
+        else
+          tile_load<b_tile(v)>(w + v * 64, w_row_bytes);
       });
       static_for<0, R>([&](auto rc) {
         constexpr int r = decltype(rc)::value;
