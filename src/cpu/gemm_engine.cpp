@@ -27,9 +27,9 @@ namespace {
 
 // AMX row tasks load the filter with the streaming hint: each tile streams its block's whole filter once
 // while rereading its dy rows chunk after chunk and tap after tap, which then stay in L1. Xeon with AMX,
-// bf16 channels_last, 2 threads, paired calls against plain loads: extra-suite k133 0.92-0.94x the time,
-// down_s2 0.90-0.93x, unet_up 0.96-0.97x, a and unet32 0.98-1.00x. Flat and plane tasks, which reuse a
-// filter chunk across many tiles from L2, keep plain loads (with the hint d measured 0.99-1.05x, e
+// bf16 channels_last, 2 threads, paired calls against plain loads: extra-suite k133 0.89-0.94x the time,
+// down_s2 0.90-0.93x, unet32 0.96-1.00x, unet_up 0.96-0.97x, a 0.97-0.99x. Flat and plane tasks, which reuse
+// a filter chunk across many tiles from L2, keep plain loads (with the hint d measured 0.99-1.05x, e
 // 0.99-1.04x).
 constexpr bool kStreamRowFilter = true;
 
