@@ -106,7 +106,6 @@ Timing time_calls(int warmup, int repeat, F&& call, const cpu::PeakProbe* probe 
   return summarise(std::move(ms));
 }
 
-// A 5-D shape from canonical [N, C, D, H, W] order into `layout` order (filters: [Cout, Cin_g, kD, kH, kW]).
 // The instruction set of the kernels an engine runs, from its name (gemm_amx_bf16, pixel_avx512, ...); none
 // for the portable ones. The plan's level can be higher: fp32 on an AMX Xeon runs gemm_avx512's FMAs.
 std::optional<Isa> engine_isa(const std::string& engine) {
@@ -117,6 +116,7 @@ std::optional<Isa> engine_isa(const std::string& engine) {
   return std::nullopt;
 }
 
+// A 5-D shape from canonical [N, C, D, H, W] order into `layout` order (filters: [Cout, Cin_g, kD, kH, kW]).
 Shape5 from_canonical(const Shape5& c, Layout layout) {
   switch (layout) {
     case Layout::NCDHW:

@@ -593,25 +593,9 @@ class GemmEngine final : public EngineImpl {
     }
     std::vector<float> units(ncdhw && s[1] != 1 && !f32 ? static_cast<std::size_t>(valid * taps_) : 0);
     std::vector<float> transposed(ncdhw && s[1] != 1 ? static_cast<std::size_t>(taps_ * cbw) : 0);
-    // An output channel's values of a block (one run of input channels per tap, or one [ci][tap] run) lie a
-    // filter row apart from the next one's: too far for the hardware prefetchers, so those of the output
-    // channel kAhead on are requested while this one is moved.
-    constexpr std::int64_t kAhead = 4;
-    const auto esize = static_cast<std::int64_t>(dtype_size(p_.filter_dtype));
-    const auto prefetch_run = [&](std::int64_t co) __attribute__((always_inline)) {
-      if (co >= p_.Cout_g) return;
-      const char* at =
-          static_cast<const char*>(filter) + ((g * p_.Cout_g + co) * s[0] + b.ci0 * s[1]) * esize;
-      if (s[1] != 1) {
-        prefetch_bytes(at, valid * taps_ * esize);
-        return;
-      }
-      for (std::int64_t t = 0; t < taps_; ++t)
-        prefetch_bytes(at + tap_src_[static_cast<std::size_t>(t)] * esize, valid * esize);
-    };
-    for (std::int64_t co = 0; co < kAhead; ++co) prefetch_run(co);
+    for (std::int64_t co = 0; co < kPrefetchChannels; ++co) prefetch_channel(filter, g, b, co, valid);
     for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
-      prefetch_run(co + kAhead);
+      prefetch_channel(filter, g, b, co + kPrefetchChannels, valid);
       const std::int64_t src = (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
       float* dst_co = dst + co * cbw;
       if (s[1] == 1) {
@@ -631,6 +615,26 @@ class GemmEngine final : public EngineImpl {
                     static_cast<std::size_t>(valid) * 4);
     }
     return true;
+  }
+
+  // Requests output channel co's values of block b (group g) for the packers, which move them channel by
+  // channel: one run of `valid` input channels per tap where they are contiguous, else (a dense NCDHW
+  // filter) the block's [ci][tap] run. Channels lie a filter row apart, too far for the hardware
+  // prefetchers, so the packers request the one kPrefetchChannels on while they move one. Always inlined:
+  // GCC deems a function of prefetches alone free of effects and drops its calls.
+  static constexpr std::int64_t kPrefetchChannels = 4;
+  __attribute__((always_inline)) void prefetch_channel(const void* filter, std::int64_t g, const Block& b,
+                                                       std::int64_t co, std::int64_t valid) const {
+    if (co >= p_.Cout_g) return;
+    const auto& s = p_.filter_strides;
+    const auto esize = static_cast<std::int64_t>(dtype_size(p_.filter_dtype));
+    const char* at = static_cast<const char*>(filter) + ((g * p_.Cout_g + co) * s[0] + b.ci0 * s[1]) * esize;
+    if (s[1] != 1) {
+      prefetch_bytes(at, valid * taps_ * esize);
+      return;
+    }
+    for (std::int64_t t = 0; t < taps_; ++t)
+      prefetch_bytes(at + tap_src_[static_cast<std::size_t>(t)] * esize, valid * esize);
   }
 
   // Whether the filter is dense NCDHW (taps contiguous, input channels one kernel volume apart) with a
@@ -694,24 +698,12 @@ class GemmEngine final : public EngineImpl {
       }
     };
     bool special = false;
-    // With contiguous input channels a pair's runs (one per tap) lie a filter row apart from the next
-    // pair's: too far for the hardware prefetchers, so those of the pair kAhead on are requested now.
-    constexpr std::int64_t kAhead = 2;
-    const auto prefetch_pair = [&](std::int64_t co) __attribute__((always_inline)) {
-      if (s[1] != 1 && !ncdhw) return;
-      for (std::int64_t c = co; c < std::min(co + 2, p_.Cout_g); ++c)
-        if (s[1] != 1)  // an NCDHW block's [ci][tap] run
-          prefetch_bytes(reinterpret_cast<const char*>(filter + (g * p_.Cout_g + c) * s[0] + b.ci0 * s[1]),
-                         valid * taps_ * static_cast<std::int64_t>(sizeof(Src)));
-        else
-          for (std::int64_t t = 0; t < taps_; ++t)
-            prefetch_bytes(reinterpret_cast<const char*>(filter + (g * p_.Cout_g + c) * s[0] + b.ci0 +
-                                                         tap_src_[static_cast<std::size_t>(t)]),
-                           valid * static_cast<std::int64_t>(sizeof(Src)));
-    };
-    for (std::int64_t co = 0; co < 2 * kAhead; co += 2) prefetch_pair(co);
+    const bool prefetch = s[1] == 1 || ncdhw;  // runs prefetch_channel knows
+    for (std::int64_t co = 0; co < kPrefetchChannels && prefetch; ++co)
+      prefetch_channel(filter, g, b, co, valid);
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
-      prefetch_pair(co + 2 * kAhead);
+      for (std::int64_t c = co + kPrefetchChannels; c < co + kPrefetchChannels + 2 && prefetch; ++c)
+        prefetch_channel(filter, g, b, c, valid);
       const Src* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
       const Src* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
       std::uint16_t* dst_co = dst + co * cbw;  // pair co / 2: cbw units of two bf16

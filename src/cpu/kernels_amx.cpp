@@ -137,8 +137,9 @@ inline __attribute__((always_inline)) void configure(int pairs) {
 template <int M, int NV>
 void tile_kernel(const TileArgs& a) {
   constexpr int R = (M + 15) / 16;
-  const std::int64_t pairs = a.amx_pairs;
-  configure<M, NV>(a.amx_pairs);
+  const int pairs = a.amx_pairs;
+  const bool stream_filter = a.amx_stream_filter;
+  configure<M, NV>(pairs);
   const std::int64_t tile_row_bytes = a.tile_ps * 4;
   static_for<0, R>([&](auto rc) {
     constexpr int r = decltype(rc)::value;
@@ -164,7 +165,7 @@ void tile_kernel(const TileArgs& a) {
       });
       static_for<0, NV>([&](auto vc) {
         constexpr int v = decltype(vc)::value;
-        if (a.amx_stream_filter)
+        if (stream_filter)
           tile_stream_load<b_tile(v)>(w + v * 64, w_row_bytes);
         else
           tile_load<b_tile(v)>(w + v * 64, w_row_bytes);

@@ -174,6 +174,11 @@ CONV3D_DX_INLINE __mmask16 tail16(std::int64_t left) {
   return static_cast<__mmask16>(left >= 16 ? 0xFFFFu : (1u << left) - 1u);
 }
 
+// The lanes of a vector of 32 (16-bit elements) that hold elements when `left` remain.
+CONV3D_DX_INLINE __mmask32 tail32(std::int64_t left) {
+  return left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << left) - 1u);
+}
+
 CONV3D_DX_INLINE bool has_nan(__m512 v, __mmask16 m) {
   return _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q) != 0;
 }
@@ -425,7 +430,7 @@ void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* ds
   __m512i t[8];
   for (int k = 0; k < 8; ++k) t[k] = _mm512_loadu_si512(lut + 32 * k);
   for (std::int64_t i = 0; i < n; i += 32) {
-    const auto m = static_cast<__mmask32>(n - i >= 32 ? 0xFFFFFFFFu : (1u << (n - i)) - 1u);
+    const __mmask32 m = tail32(n - i);
     const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + i));
     const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
     const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x80));
@@ -623,11 +628,6 @@ CONV3D_DX_INLINE __mmask32 tiny_lanes(__m512i v, __mmask32 m) {
   return _mm512_mask_cmplt_epu16_mask(
       m, _mm512_sub_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x7FFF)), _mm512_set1_epi16(1)),
       _mm512_set1_epi16(0x237F));
-}
-
-// The lanes of a vector of 32 bf16 values that hold elements when `left` remain.
-CONV3D_DX_INLINE __mmask32 tail32(std::int64_t left) {
-  return left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((std::uint32_t{1} << left) - 1u);
 }
 
 bool any_tiny_bf16(const std::uint16_t* p, std::int64_t n) {
