@@ -181,9 +181,9 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // AMX tiles cost the same for 1 to 16 pixels per row tile: when a phase's rows are short, tiles running
   // over whole planes (rows padded to the dy row width) need fewer of them. Cost per chunk of 32 channels:
   // a tdpbf16ps per (row tile, vector) and as much per tile load (a dy tile per row tile, a filter tile per
-  // vector: from L2 they take as long as the products), for 2 vectors. Xeon with AMX, bf16 channels_last,
-  // 2 threads, flat planes against rows of 16-pixel tiles (where half a tdpbf16ps per load chose rows):
-  // k4s2 0.91x the time, b 0.93x.
+  // vector; loads from L2 cost about that in a microbenchmark of the tile loop), for 2 vectors. Xeon with
+  // AMX, bf16 channels_last, 2 threads, flat planes against rows of 16-pixel tiles (where half a tdpbf16ps
+  // per load chose rows): k4s2 0.91x the time, b 0.93x.
   if (c.amx && !c.plane_mode && tuning.plane != 0) {
     std::int64_t padded_width = c.halo_lo + p.dy_size[2] + c.halo_hi, widest = 0;
     for (const AxisPhase& pw : w_axis.phases) widest = std::max(widest, pw.count);
