@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <tuple>
 #include <utility>
 
@@ -159,7 +160,7 @@ class CpuIsa : public ::testing::TestWithParam<Isa> {
     return taken;
   }
   // The vdpbf16ps engine declines `bf16_declines` of the test's cases (those with fp32 or fp16 inputs), the
-  // AMX one `amx_declines` (fp32 inputs not rounded to fp16); the others decline none.
+  // AMX one `amx_declines` (fp32 inputs rounded neither to fp16 nor to HF32); the others decline none.
   void expect_counts(int bf16_declines, int amx_declines) {
     const int want = GetParam() == Isa::avx512_bf16 ? bf16_declines
                      : GetParam() == Isa::amx_bf16  ? amx_declines
@@ -177,8 +178,8 @@ class CpuIsa : public ::testing::TestWithParam<Isa> {
 TEST_P(CpuIsa, RandomSweepAllDtypesAndLayouts) {
   std::mt19937_64 rng(11 + static_cast<int>(GetParam()));
   random_sweep(rng, 4, [&](const Case& c, Fill fill) { check(c, rng, fill); });
-  expect_counts(48,
-                24);  // fp32 and fp16: 2 dtypes x 2 data formats x 3 filter formats x 4; AMX the fp32 half
+  // fp32 and fp16: 2 dtypes x 2 data formats x 3 filter formats x 4; AMX the fp32 half less its 6 HF32 cases
+  expect_counts(48, 18);
 }
 
 // Tiles stored uncached into y (non-temporal stores of whole 64-byte lines) store the same bits as plain
@@ -428,7 +429,7 @@ TEST_P(CpuIsa, DyRowsApartWithContiguousPixels) {
       check_rows_apart(
           rows_apart_case(dtype, 20, cout), rng, [&](const Problem& p) { return admit(p); },
           [&](const Problem& p, Instance& inst, int threads) { run_gemm(p, inst, GetParam(), {}, threads); });
-  expect_counts(4, 2);
+  expect_counts(4, 0);  // fp32 (HF32, which AMX splits)
 }
 
 // W taps sharing their dy loads (SharedWTile, AVX-512 fp32 FMA kernels, blocks of 1 or 2 vectors): W
@@ -592,7 +593,7 @@ TEST_P(CpuIsa, NcdhwConversionsAcrossBlocks) {
           c.pad_back = {0, 0, 2};
           check(c, rng, cout == 17 ? Fill::random : Fill::small_integers);
         }
-  expect_counts(12, 8);  // fp32, HF32 and fp16: 3 x 2 x 2; AMX fp32 and HF32
+  expect_counts(12, 4);  // fp32, HF32 and fp16: 3 x 2 x 2; AMX fp32 (it splits HF32)
 }
 
 // Inputs of different dtypes (the Problem allows them; the operator front end promotes): fp16 dy with a
@@ -1928,6 +1929,86 @@ TEST(CpuAmx, Fp16SplitMatchesReference) {
       }
 }
 
+// HF32 on AMX tiles: fp32 inputs rounded to 10 explicit mantissa bits, each value split into bf16 hi + lo
+// as fp16 values are. Both data formats and every filter format, strides 1 and 2, reductions within and
+// across 32-element chunks, rows and flat planes, 1 and 2 threads: against the reference, the same bits.
+TEST(CpuAmx, Hf32SplitMatchesReference) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  std::mt19937_64 rng(149);
+  int k = 0;
+  for (Layout fmt : kDataFormats)
+    for (std::int64_t s : {1, 2})
+      for (Fill fill : {Fill::small_integers, Fill::random}) {
+        Case c = with_dtype(Case{}, DType::f32);
+        c.hf32 = true;
+        c.data_format = fmt;
+        c.filter_format = kFilterFormats[k % 3];
+        c.Cin = k % 3 == 0 ? 17 : 40;
+        c.Cout = k % 2 == 0 ? 7 : 20;
+        c.in = {2, 4, s * 19};
+        c.stride = {1, s, s};
+        c.pad_front = {1, 1, 1};
+        c.pad_back = {0, 1, 2};
+        ++k;
+        Instance inst = instantiate(c, rng, fill);
+        if (fill == Fill::random) static_cast<float*>(inst.dy.view.data)[0] = 1.0f + 0x1p-11f;  // rounds up
+        check_amx_rows_and_planes(c, validate(inst.spec), inst, fill);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+}
+
+// HF32 values AMX cannot take as bf16 parts — one with a tiny part (2^-50 + 2^-60, 2^-60, 2^-130 and 2^-136,
+// the last below bf16's smallest denormal) in dy or in the filter, or an infinity or a NaN in the filter —
+// send the call to gemm_avx512 on unsplit values: y has its bits, and the reference's values. Per call for
+// dy, per pack for the filter, with the filter packed once or per call (not kept); an ordinary call after
+// them has AMX's bits again.
+TEST(CpuAmx, Hf32InputsTheSplitCannotTakeRunUnsplit) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  std::mt19937_64 rng(151);
+  for (Layout fmt : kDataFormats)
+    for (bool in_dy : {true, false})
+      for (float bad : {0x1p-50f + 0x1p-60f, -0x1p-60f, 0x1p-130f, -0x1p-136f, INFINITY, NAN}) {
+        if (in_dy && !std::isfinite(bad)) continue;  // inf and NaN in dy: the split takes them
+        Case c = border_case(DType::f32, fmt);
+        c.hf32 = true;
+        std::ostringstream what_os;
+        what_os << c.name() << (in_dy ? ", dy " : ", filter ") << std::hexfloat << bad;
+        const std::string what = what_os.str();
+        std::mt19937_64 same = rng;  // the same data twice, then one value changed
+        Instance ordinary = instantiate(c, rng, Fill::random), special = instantiate(c, same, Fill::random);
+        static_cast<float*>((in_dy ? special.dy : special.filter).view.data)[29] = bad;
+        const Problem p = validate(ordinary.spec);
+        const auto run = [&](Isa isa, Instance& inst) {
+          fill_canary(inst.y);
+          run_gemm(p, inst, isa);
+          return inst.y;
+        };
+        const Tensor unsplit = run(Isa::avx512, special), amx_ordinary = run(Isa::amx_bf16, ordinary);
+        EXPECT_TRUE(matches_reference(p, special)) << what;
+        std::string why;
+        auto engine = cpu::make_gemm(named_request(p, 2, Isa::amx_bf16), Isa::amx_bf16, {}, why);
+        ASSERT_TRUE(engine) << why;
+        EXPECT_EQ(engine->name(), "gemm_amx_bf16");
+        std::vector<unsigned char> workspace(engine->workspace_bytes());
+        const auto expect_bits = [&](Instance& inst, const Tensor& want, bool packed, const char* call) {
+          fill_canary(inst.y);
+          if (packed)
+            engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
+          else
+            engine->execute_with_filter(inst.dy.view.data, inst.filter.view.data, inst.y.view.data,
+                                        workspace.data(), false);
+          EXPECT_TRUE(same_bits(want, inst.y))
+              << what << ", " << call << (packed ? ", packed" : ", per call");
+        };
+        for (bool packed : {true, false}) {
+          if (packed) engine->pack_filter(special.filter.view.data);
+          expect_bits(special, unsplit, packed, "special");
+          if (packed) engine->pack_filter(ordinary.filter.view.data);
+          expect_bits(ordinary, amx_ordinary, packed, "ordinary after");
+        }
+      }
+}
+
 // Detection is per pack (filter) and per call (dy): a subnormal filter is handled in every call that uses
 // its pack, a subnormal dy in the call that passes it, and ordinary data after both is still exact.
 TEST(CpuBf16, TinyDetectionIsPerPackAndPerCall) {
@@ -2189,6 +2270,39 @@ TEST(CpuKernels, ChannelFirstStoreOfAnyAlignment) {
   }
 }
 
+// The AVX-512 split kernels write split_units' units for runs of `values` of every length up to 40, and
+// nothing past them.
+void expect_split_kernels_match(const std::vector<float>& values) {
+  if (!cpu_supports(Isa::avx512)) GTEST_SKIP() << "CPU lacks avx512";
+  const cpu::KernelSet& ks = cpu::avx512_kernels();
+  for (std::int64_t len : {1, 7, 15, 16, 17, 31, 33, 40}) {
+    for (std::size_t start = 0; start < values.size(); start += values.size() / 97 + 1) {
+      const float* src = values.data() + std::min(start, values.size() - static_cast<std::size_t>(len));
+      std::vector<std::uint16_t> dy(static_cast<std::size_t>(4 * len + 8), 0xAAAA),
+          first(static_cast<std::size_t>(2 * len + 4), 0xAAAA), second(first.size(), 0xAAAA);
+      ks.split_dy_bf16(src, len, dy.data());
+      ks.split_filter_bf16(src, len, first.data(), second.data());
+      for (std::int64_t i = 0; i < len; ++i) {
+        const auto [d0, d1] = cpu::split_units(src[i], false);
+        const auto [w0, w1] = cpu::split_units(src[i], true);
+        const auto unit = [](const std::vector<std::uint16_t>& v, std::int64_t u) {
+          return v[static_cast<std::size_t>(2 * u)] |
+                 static_cast<std::uint32_t>(v[static_cast<std::size_t>(2 * u + 1)]) << 16;
+        };
+        ASSERT_EQ(unit(dy, 2 * i), d0) << len << " at " << i << ": " << src[i];
+        ASSERT_EQ(unit(dy, 2 * i + 1), d1) << len << " at " << i;
+        ASSERT_EQ(unit(first, i), w0) << len << " at " << i;
+        ASSERT_EQ(unit(second, i), w1) << len << " at " << i;
+      }
+      for (std::size_t i = static_cast<std::size_t>(4 * len); i < dy.size(); ++i) ASSERT_EQ(dy[i], 0xAAAA);
+      for (std::size_t i = static_cast<std::size_t>(2 * len); i < first.size(); ++i) {
+        ASSERT_EQ(first[i], 0xAAAA);
+        ASSERT_EQ(second[i], 0xAAAA);
+      }
+    }
+  }
+}
+
 // fp16 values split into bf16 hi + lo for AMX (split_units): for every fp16 code, hi + lo is the value
 // exactly with both parts bf16 (lo's low 16 fp32 bits zero), neither tiny; infinities and NaNs keep
 // themselves (NaN quiet) with zero beside them. The AVX-512 kernels write split_units' units for runs of
@@ -2219,34 +2333,36 @@ TEST(CpuKernels, Fp16SplitIntoBf16IsExact) {
   }
   values.push_back(std::bit_cast<float>(0x7F800001u));  // a NaN whose top 16 bits read as infinity
   values.push_back(std::bit_cast<float>(0xFF800100u));
-  if (!cpu_supports(Isa::avx512)) GTEST_SKIP() << "CPU lacks avx512";
-  const cpu::KernelSet& ks = cpu::avx512_kernels();
-  for (std::int64_t len : {1, 7, 15, 16, 17, 31, 33, 40}) {
-    for (std::size_t start = 0; start < values.size(); start += values.size() / 97 + 1) {
-      const float* src = values.data() + std::min(start, values.size() - static_cast<std::size_t>(len));
-      std::vector<std::uint16_t> dy(static_cast<std::size_t>(4 * len + 8), 0xAAAA),
-          first(static_cast<std::size_t>(2 * len + 4), 0xAAAA), second(first.size(), 0xAAAA);
-      ks.split_dy_bf16(src, len, dy.data());
-      ks.split_filter_bf16(src, len, first.data(), second.data());
-      for (std::int64_t i = 0; i < len; ++i) {
-        const auto [d0, d1] = cpu::split_units(src[i], false);
-        const auto [w0, w1] = cpu::split_units(src[i], true);
-        const auto unit = [](const std::vector<std::uint16_t>& v, std::int64_t u) {
-          return v[static_cast<std::size_t>(2 * u)] |
-                 static_cast<std::uint32_t>(v[static_cast<std::size_t>(2 * u + 1)]) << 16;
-        };
-        ASSERT_EQ(unit(dy, 2 * i), d0) << len << " at " << i << ": " << src[i];
-        ASSERT_EQ(unit(dy, 2 * i + 1), d1) << len << " at " << i;
-        ASSERT_EQ(unit(first, i), w0) << len << " at " << i;
-        ASSERT_EQ(unit(second, i), w1) << len << " at " << i;
+  expect_split_kernels_match(values);
+}
+
+// HF32 values (every exponent and 10-bit mantissa of both signs) split the same way: either hi + lo is the
+// value exactly with neither part tiny, or a part is tiny (the engine then computes on unsplit values); a
+// part is always tiny below 2^-56, never from 2^-45 up, and a nonzero value never has a zero hi. The AVX-512
+// kernels agree with split_units on them.
+TEST(CpuKernels, Hf32SplitIntoBf16IsExactOrTiny) {
+  std::vector<float> values;
+  const auto part = [](std::uint16_t half) {
+    return std::bit_cast<float>(static_cast<std::uint32_t>(half) << 16);
+  };
+  for (std::uint32_t sign : {0u, 0x80000000u})
+    for (std::uint32_t exponent = 0; exponent < 255; ++exponent)
+      for (std::uint32_t mantissa = 0; mantissa < 1024; ++mantissa) {
+        const float x = std::bit_cast<float>(sign | exponent << 23 | mantissa << 13);
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(numeric::round_to_hf32(x)), std::bit_cast<std::uint32_t>(x));
+        values.push_back(x);
+        const auto [first, second] = cpu::split_units(x, true);
+        ASSERT_EQ(first, second);
+        const auto hi = static_cast<std::uint16_t>(first & 0xFFFF),
+                   lo = static_cast<std::uint16_t>(first >> 16);
+        const bool tiny = cpu::tiny_bf16(hi) || cpu::tiny_bf16(lo);
+        const std::string what = (std::ostringstream{} << std::hexfloat << x).str();
+        ASSERT_TRUE(tiny || part(hi) + part(lo) == x) << what;
+        ASSERT_TRUE(x == 0 || (hi & 0x7FFF) != 0) << what;
+        ASSERT_TRUE(x == 0 || std::fabs(x) >= 0x1p-56f || tiny) << what;
+        ASSERT_TRUE(std::fabs(x) < 0x1p-45f || !tiny) << what;
       }
-      for (std::size_t i = static_cast<std::size_t>(4 * len); i < dy.size(); ++i) ASSERT_EQ(dy[i], 0xAAAA);
-      for (std::size_t i = static_cast<std::size_t>(2 * len); i < first.size(); ++i) {
-        ASSERT_EQ(first[i], 0xAAAA);
-        ASSERT_EQ(second[i], 0xAAAA);
-      }
-    }
-  }
+  expect_split_kernels_match(values);
 }
 
 // The vector 8-bit encoders against numeric's scalar ones: every bf16-like pattern (the top 16 bits) with low

@@ -12,7 +12,7 @@ namespace conv3d_dx::cpu {
 std::string GemmConfig::describe() const {
   std::string s = std::string(to_string(isa)) +
                   (amx ? " AMX tiles of up to " + std::to_string(kAmxMaxM) + " pixels" +
-                             (split ? " (fp16 split into bf16 hi + lo, 4 products)" : "") +
+                             (split ? " (fp16 or HF32 values split into bf16 hi + lo, 4 products)" : "") +
                              (amx_pairs < 16 ? " (products over " + std::to_string(amx_pairs) +
                                                    " channel pairs, W taps side by side)"
                                              : "")

@@ -149,7 +149,21 @@ class GemmEngine final : public EngineImpl {
   }
 
   std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
-  std::string config() const override { return config_.describe(); }
+  std::string config() const override {
+    return config_.describe() + (exact_fallback_
+                                     ? "; a call whose HF32 inputs hold a value below about 2^-45 "
+                                       "(a tiny bf16 part) or an inf or NaN in the filter runs " +
+                                           exact_fallback_->name() + " on unsplit values"
+                                     : "");
+  }
+
+  // HF32 on AMX (split): the engine a call runs instead when its inputs hold a value the split cannot take
+  // (a tiny part, or an inf or NaN in the filter): the FMA kernels on unsplit values, what HF32 computes
+  // without AMX. Its memory is counted in this engine's (both filters kept, the larger workspace).
+  void set_exact_fallback(std::unique_ptr<GemmEngine> fallback, const EngineRequest& request) {
+    exact_fallback_ = std::move(fallback);
+    check_memory(request, name(), memory());
+  }
 
   std::size_t workspace_bytes() const override { return static_cast<std::size_t>(memory().workspace); }
 
@@ -185,7 +199,12 @@ class GemmEngine final : public EngineImpl {
         saturating_add(lists, saturating_mul(saturating_add(tile_floats_, 16), 4)), written_flags());
     // The packed filter when it is kept, else the block slots (allocate_packed checks the packed filter
     // against the limit if a plan that does not keep it is asked to pack it whole).
-    return {saturating_add(whole_packed() ? packed_bytes() : own_blocks_bytes(), tables), workspace, scratch};
+    const EngineMemory own{saturating_add(whole_packed() ? packed_bytes() : own_blocks_bytes(), tables),
+                           workspace, scratch};
+    if (!exact_fallback_) return own;
+    const EngineMemory other = exact_fallback_->memory();
+    return {saturating_add(own.packed, other.packed), std::max(own.workspace, other.workspace),
+            std::max(own.per_thread, other.per_thread)};
   }
 
   void pack_filter(const void* filter) override {
@@ -194,11 +213,16 @@ class GemmEngine final : public EngineImpl {
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t gb = begin; gb < end; ++gb) pack_group_block(filter, gb, block_of(gb));
                  });
+    if (exact_fallback_) exact_fallback_->pack_filter(filter);  // for any later dy with a tiny value
   }
 
   void execute(const void* dy, void* y, void* workspace) const override {
     if (p_.N == 0) return;
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
+    if (exact_fallback_ && (tiny_dy || any_exact_block())) {
+      exact_fallback_->execute(dy, y, workspace);
+      return;
+    }
     run_tasks(static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_,
               [&](std::int64_t i, TaskScratch& scratch) {
                 const std::int64_t t = task_of(i);
@@ -217,7 +241,9 @@ class GemmEngine final : public EngineImpl {
       if (keep) pack_filter(filter);
       return;
     }
-    if (config_.blocks_inner) {  // every block packed before the tasks, which take them in turn
+    // Every block packed before the tasks, which take them in turn; with an exact fallback, a kept filter is
+    // packed for both engines first (either may run this call or a later one).
+    if (config_.blocks_inner || (exact_fallback_ && keep)) {
       pack_filter(filter);
       execute(dy, y, workspace);
       return;
@@ -230,6 +256,10 @@ class GemmEngine final : public EngineImpl {
       return keep ? block_of(gb) : static_cast<char*>(own_blocks_[2 * slot + narrow(gb)].get());
     };
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
+    if (exact_fallback_ && tiny_dy) {
+      exact_fallback_->execute_with_filter(dy, filter, y, workspace, false);
+      return;
+    }
     const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
     const std::int64_t shared = nblocks % threads_, whole = nblocks - shared;
     std::atomic<std::int64_t> next_slot{0};  // which thread takes which buffers does not matter
@@ -245,16 +275,20 @@ class GemmEngine final : public EngineImpl {
       }
       if (config_.amx) amx_release();
     });
-    if (shared == 0) return;
-    // The leftover blocks (fewer than the threads): block whole + i in slot i.
-    parallel_for(threads_, shared, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i)
-        pack_group_block(filter, whole + i, destination(whole + i, i));
-    });
-    run_tasks(shared * tasks_per_block_, [&](std::int64_t t, TaskScratch& scratch) {
-      const std::int64_t i = t / tasks_per_block_;
-      run_task(whole * tasks_per_block_ + t, src, y, tiny_dy, scratch, destination(whole + i, i));
-    });
+    if (shared > 0) {
+      // The leftover blocks (fewer than the threads): block whole + i in slot i.
+      parallel_for(threads_, shared, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i)
+          pack_group_block(filter, whole + i, destination(whole + i, i));
+      });
+      run_tasks(shared * tasks_per_block_, [&](std::int64_t t, TaskScratch& scratch) {
+        const std::int64_t i = t / tasks_per_block_;
+        run_task(whole * tasks_per_block_ + t, src, y, tiny_dy, scratch, destination(whole + i, i));
+      });
+    }
+    // A filter block the split could not take skipped its tasks: the whole call runs unsplit.
+    if (exact_fallback_ && any_exact_block())
+      exact_fallback_->execute_with_filter(dy, filter, y, workspace, false);
   }
 
  private:
@@ -1036,6 +1070,7 @@ class GemmEngine final : public EngineImpl {
     // bf16 pairs go through AMX or vdpbf16ps unless an input is small enough for them to flush something
     // (or, for AMX, the filter block is not finite).
     const bool exact = tiny_blocks_[static_cast<std::size_t>(gb)] || tiny_dy;
+    if (exact && exact_fallback_) return;  // the fallback computes the call
     const bool amx = config_.amx && !exact;
     const TileFn(*fns_nv)[kMaxM + 1] = !bf16_ ? ks_.f32 : exact ? ks_.bf16_exact : ks_.bf16;
     float* tile = static_cast<float*>(align64(scratch.tile.data()));
@@ -1184,6 +1219,7 @@ class GemmEngine final : public EngineImpl {
     const Axis &D = ax_[0], &H = ax_[1], &W = ax_[2];
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
     const bool exact = tiny_blocks_[static_cast<std::size_t>(gb)] || tiny_dy;
+    if (exact && exact_fallback_) return;  // the fallback computes the call
     TapRef* taps = scratch.taps.data();
     float* staging = static_cast<float*>(align64(scratch.tile.data()));
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_, steps = kpad_ / 2;
@@ -1463,8 +1499,12 @@ class GemmEngine final : public EngineImpl {
   std::vector<AlignedPtr> own_blocks_;  // per slot: full-width and narrow packed blocks (see own_slots)
   // Per (group, channel block): it needs the exact kernels (a tiny bf16 value; for AMX, a non-finite one).
   std::vector<unsigned char> tiny_blocks_;
-  std::int64_t tasks_per_block_ = 0;  // plane groups or rows
-  std::int64_t tile_floats_ = 0;      // per-thread output staging: a tile, a y row or a group of y planes
+  bool any_exact_block() const {
+    return std::find(tiny_blocks_.begin(), tiny_blocks_.end(), 1) != tiny_blocks_.end();
+  }
+  std::unique_ptr<GemmEngine> exact_fallback_;  // set_exact_fallback
+  std::int64_t tasks_per_block_ = 0;            // plane groups or rows
+  std::int64_t tile_floats_ = 0;  // per-thread output staging: a tile, a y row or a group of y planes
   std::array<RowTiling, kMaxNv + 1> tilings_;  // per block width nv: the FMA (or exact) kernels' tiles
   RowTiling amx_tiling_;
   std::int64_t row_tiles_ = 0;      // the most tiles a y row is cut into in any tiling
@@ -1507,8 +1547,10 @@ Problem rows_merged(const Problem& p) {
   return m;
 }
 
-std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
-                                      std::string& why_not) {
+namespace {
+
+std::unique_ptr<GemmEngine> make_gemm_engine(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
+                                             std::string& why_not) {
   const Problem p = rows_merged(request.problem);
   // AMX takes fp16 values too, split into two bf16 each (GemmConfig::split).
   why_not = fast_engine_refusal(isa, request,
@@ -1525,12 +1567,12 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
                 " channels per group: AMX tiles reduce over 32 at a time";
       return nullptr;
     }
-    // Split fp16 values take four tdpbf16ps products per multiply-add, so AMX beats the FMA kernels only
-    // where its tiles run long reductions over full tiles and packing the four-fold filter is small beside
-    // the work (Xeon, 2 threads, fp16, against gemm_avx512: 3x3x3 kernels at stride 1 0.59-0.67x the time;
-    // stride 2 (3.4 taps per pixel) 0.87-0.91x; 1 tap per pixel 1.1-2.5x; 2x2x2 1.2x; a filter 50x larger
-    // than dy 1.8x; 3 output channels (a third of a 32-element chunk) 2.6x; 3 input channels 2.1x the time
-    // of the pixel engine).
+    // Split fp16 and HF32 values take four tdpbf16ps products per multiply-add, so AMX beats the FMA kernels
+    // only where its tiles run long reductions over full tiles and packing the four-fold filter is small
+    // beside the work (Xeon, 2 threads, fp16, against gemm_avx512: 3x3x3 kernels at stride 1 0.59-0.67x the
+    // time; stride 2 (3.4 taps per pixel) 0.87-0.91x; 1 tap per pixel 1.1-2.5x; 2x2x2 1.2x; a filter 50x
+    // larger than dy 1.8x; 3 output channels (a third of a 32-element chunk) 2.6x; 3 input channels 2.1x the
+    // time of the pixel engine).
     if (config.split && !(request.isa_named && request.isa == Isa::amx_bf16)) {
       const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2],
                          phases = p.stride[0] * p.stride[1] * p.stride[2],
@@ -1539,7 +1581,7 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
                                              saturating_mul(p.dy_size[1], p.dy_size[2]));
       if (taps < 9 * phases || filter > dy || p.Cin_g < 16 || p.Cout_g < 8) {
         why_not =
-            "fp16 on AMX tiles takes 4 products per multiply-add: it pays only with at least 9 taps "
+            "fp16 and HF32 on AMX tiles take 4 products per multiply-add: it pays only with at least 9 taps "
             "per y pixel, 16 input and 8 output channels per group and a filter no larger than "
             "out_backprop (here " +
             std::to_string(taps / phases) + " taps, " + std::to_string(p.Cin_g) + " and " +
@@ -1558,8 +1600,24 @@ std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, con
       return nullptr;
     }
   }
-  const KernelSet& ks = kernels_for(isa);
-  return std::make_unique<GemmEngine>(request, p, ks, config);
+  auto engine = std::make_unique<GemmEngine>(request, p, kernels_for(isa), config);
+  if (config.split && p.input_rounding == InputRounding::hf32) {
+    std::string why;
+    auto fallback = make_gemm_engine(request, Isa::avx512, {}, why);
+    if (!fallback) {
+      why_not = "HF32 inputs too small to split need gemm_avx512 beside AMX, which declines: " + why;
+      return nullptr;
+    }
+    engine->set_exact_fallback(std::move(fallback), request);
+  }
+  return engine;
+}
+
+}  // namespace
+
+std::unique_ptr<EngineImpl> make_gemm(const EngineRequest& request, Isa isa, const GemmTuning& tuning,
+                                      std::string& why_not) {
+  return make_gemm_engine(request, isa, tuning, why_not);
 }
 
 std::unique_ptr<EngineImpl> make_gemm_amx_bf16(const EngineRequest& r, std::string& why_not) {

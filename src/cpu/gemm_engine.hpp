@@ -36,8 +36,8 @@ struct GemmConfig {
   // AMX tiles of up to kAmxMaxM pixels for channel blocks whose inputs are finite and not tiny; the other
   // blocks (and all, when dy holds a tiny value) run the AVX-512 exact bf16 kernels on the same data.
   bool amx = false;
-  // AMX with fp16 inputs (splits_into_bf16 but not all exact in bf16): every dy and filter value split into
-  // bf16 hi + lo (split_units), four reduction elements per channel.
+  // AMX with fp16 or HF32 inputs (splits_into_bf16 but not all exact in bf16): every dy and filter value
+  // split into bf16 hi + lo (split_units), four reduction elements per channel.
   bool split = false;
   // Reduction elements per tap: Cout_g (4 Cout_g when split), padded to even for pairs, to 32 for AMX
   // (to even where amx_pairs < 16).

@@ -591,7 +591,11 @@ CONV3D_DX_INLINE SplitUnits16 split_units16(__m512 x, bool filter) {
   const __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), exponent);
   const __mmask16 nan =
       _mm512_mask_cmpgt_epi32_mask(special, _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), exponent);
-  const __m512i hi_bits = _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  // Below bf16's smallest denormal: hi is that denormal (split_units).
+  const __mmask16 below_bf16 = _mm512_mask_test_epi32_mask(
+      _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7FFF0000)), bits, _mm512_set1_epi32(0xFFFF));
+  const __m512i truncated = _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  const __m512i hi_bits = _mm512_mask_or_epi32(truncated, below_bf16, truncated, _mm512_set1_epi32(0x10000));
   const __m512i hi = _mm512_maskz_srli_epi32(0xFFFF, hi_bits, 16);
   const __m512i lo = _mm512_maskz_srli_epi32(
       0xFFFF, _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(hi_bits))), 16);
