@@ -1228,6 +1228,8 @@ class GemmEngine final : public EngineImpl {
     const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
     const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
     const std::int64_t dh_taps = p_.kernel[0] * p_.kernel[1];
+    const std::int64_t c0 = g * p_.Cin_g + b.ci0;  // the block's first channel of y
+    const bool tile_stores = p_.y_strides[1] == 1 && !exact;
     // Regions no tap reaches (a phase of a stride above the kernel, or a plane beyond dy's reach) are not
     // computed: their y pixels are written as zeros.
     unsigned char* reached = scratch.reached.data();
@@ -1284,13 +1286,23 @@ class GemmEngine final : public EngineImpl {
             for (std::int64_t i = 0; i < ntaps; ++i) taps[i].dy_off += width * dy_w_;
           fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + v0 * cbw, cbw, false, false,
                           config_.amx_pairs});
+          // Into a y with contiguous channels, the tile's y pixels are stored at once, from L1 (row by row
+          // after the plane, the staging plane comes back from L2).
+          if (tile_stores)
+            for (std::int64_t jh = v0 / flat_width_; jh * flat_width_ < v0 + m; ++jh) {
+              const std::int64_t j0 = std::max(v0 - jh * flat_width_, std::int64_t{0}),
+                                 j1 = std::min(v0 + m - jh * flat_width_, PW.count);
+              if (j0 < j1)
+                store_tile(reg + (jh * flat_width_ + j0) * cbw, j1 - j0, cbw, valid, n, c0, id,
+                           PH.first + H.stride * jh, PW.first + W.stride * j0, W.stride, y);
+            }
         }
       }
     // Store y row by row: each W phase's pixels (every sw-th of the row) straight from its region into y
     // with channels contiguous; into a channel-first y the row is first gathered from the regions, so it is
     // stored channel by channel in runs of whole rows.
     float* row = staging + flat_pixels_ * cbw;
-    const std::int64_t sw = W.stride, c0 = g * p_.Cin_g + b.ci0;
+    const std::int64_t sw = W.stride;
     for (std::int64_t ih = 0; ih < H.in; ++ih) {
       const std::int64_t ph = H.phase_of(ih), jh = H.j_of(ih);
       const auto at = [&](std::int64_t pw) {
@@ -1305,7 +1317,7 @@ class GemmEngine final : public EngineImpl {
           // for all the group's channels, in longer runs; the others skip them.
           if (zero && (q * H.in + ih) % nb == gb % nb)
             zero_y(PW.count, p_.Cin_g, n, g * p_.Cin_g, id, ih, PW.first, sw, y);
-          else if (!zero)
+          else if (!zero && !tile_stores)
             store_tile(at(pw), PW.count, cbw, valid, n, c0, id, ih, PW.first, sw, y);
           continue;
         }
