@@ -1284,8 +1284,8 @@ class GemmEngine final : public EngineImpl {
           const std::int64_t m = std::min(width, pixels - v0);
           if (v0 > 0)
             for (std::int64_t i = 0; i < ntaps; ++i) taps[i].dy_off += width * dy_w_;
-          fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, reg + v0 * cbw, cbw, false, false,
-                          config_.amx_pairs});
+          float* const out = tile_stores ? staging : reg + v0 * cbw;
+          fns[m](TileArgs{dy_ng, dy_w_, dy_c_, taps, ntaps, out, cbw, false, false, config_.amx_pairs});
           // Into a y with contiguous channels, the tile's y pixels are stored at once, from L1 (row by row
           // after the plane, the staging plane comes back from L2).
           if (tile_stores)
@@ -1293,7 +1293,7 @@ class GemmEngine final : public EngineImpl {
               const std::int64_t j0 = std::max(v0 - jh * flat_width_, std::int64_t{0}),
                                  j1 = std::min(v0 + m - jh * flat_width_, PW.count);
               if (j0 < j1)
-                store_tile(reg + (jh * flat_width_ + j0) * cbw, j1 - j0, cbw, valid, n, c0, id,
+                store_tile(out + (jh * flat_width_ + j0 - v0) * cbw, j1 - j0, cbw, valid, n, c0, id,
                            PH.first + H.stride * jh, PW.first + W.stride * j0, W.stride, y);
             }
         }
