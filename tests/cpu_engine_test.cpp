@@ -1929,6 +1929,49 @@ TEST(CpuAmx, Fp16SplitMatchesReference) {
       }
 }
 
+// Where split fp16 and HF32 run on AMX unless amx_bf16 is named: 16 input channels per group or more, output
+// channels filling at least two thirds of their 32-channel chunks (24 of 32, not 16 or 3), a filter at most
+// 16x dy's values and more than a pointwise kernel (1x1x1 at stride 2 does run).
+TEST(CpuAmx, SplitRunsWhereItPays) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  const auto runs = [](Case c, bool hf32) {
+    c = with_dtype(c, hf32 ? DType::f32 : DType::f16);
+    c.hf32 = hf32;
+    std::mt19937_64 rng(1);
+    const Problem p = validate(instantiate(c, rng, Fill::small_integers).spec);
+    std::string why;
+    const bool made = cpu::make_gemm(EngineRequest{p, 2, Isa::amx_bf16}, Isa::amx_bf16, {}, why) != nullptr;
+    const bool named = cpu::make_gemm(named_request(p, 2, Isa::amx_bf16), Isa::amx_bf16, {}, why) != nullptr;
+    EXPECT_TRUE(named) << c.name() << ": " << why;
+    return made;
+  };
+  Case c;
+  c.Cin = c.Cout = 32;
+  c.in = {4, 8, 8};
+  c.pad_front = c.pad_back = {1, 1, 1};
+  for (bool hf32 : {false, true}) {
+    EXPECT_TRUE(runs(c, hf32)) << hf32;  // a filter 3.4x dy
+    Case narrow = c;
+    narrow.Cin = 8;
+    EXPECT_FALSE(runs(narrow, hf32)) << hf32;
+    for (const auto& [cout, pays] : {std::pair{24, true}, {16, false}, {3, false}}) {
+      Case k = c;
+      k.Cout = cout;
+      EXPECT_EQ(runs(k, hf32), pays) << cout << " output channels, " << hf32;
+    }
+    Case big_filter = c;
+    big_filter.Cin = big_filter.Cout = 64;
+    big_filter.in = {2, 3, 3};  // a filter 96x dy
+    EXPECT_FALSE(runs(big_filter, hf32)) << hf32;
+    Case pointwise = c;
+    pointwise.kernel = {1, 1, 1};
+    pointwise.pad_front = pointwise.pad_back = {0, 0, 0};
+    EXPECT_FALSE(runs(pointwise, hf32)) << hf32;
+    pointwise.stride = {2, 2, 2};
+    EXPECT_TRUE(runs(pointwise, hf32)) << hf32;
+  }
+}
+
 // HF32 on AMX tiles: fp32 inputs rounded to 10 explicit mantissa bits, each value split into bf16 hi + lo
 // as fp16 values are. Both data formats and every filter format, strides 1 and 2, reductions within and
 // across 32-element chunks, rows and flat planes, 1 and 2 threads: against the reference, the same bits.
@@ -2270,99 +2313,81 @@ TEST(CpuKernels, ChannelFirstStoreOfAnyAlignment) {
   }
 }
 
-// The AVX-512 split kernels write split_units' units for runs of `values` of every length up to 40, and
-// nothing past them.
-void expect_split_kernels_match(const std::vector<float>& values) {
+// The AVX-512 split kernel writes split_parts' parts for runs of `values` of every length up to 40, and
+// nothing past them, and says whether a value of the run is not finite or has a tiny part.
+void expect_split_kernel_matches(const std::vector<float>& values) {
   if (!cpu_supports(Isa::avx512)) GTEST_SKIP() << "CPU lacks avx512";
   const cpu::KernelSet& ks = cpu::avx512_kernels();
   for (std::int64_t len : {1, 7, 15, 16, 17, 31, 33, 40}) {
     for (std::size_t start = 0; start < values.size(); start += values.size() / 97 + 1) {
       const float* src = values.data() + std::min(start, values.size() - static_cast<std::size_t>(len));
-      std::vector<std::uint16_t> dy(static_cast<std::size_t>(4 * len + 8), 0xAAAA),
-          first(static_cast<std::size_t>(2 * len + 4), 0xAAAA), second(first.size(), 0xAAAA);
-      ks.split_dy_bf16(src, len, dy.data());
-      ks.split_filter_bf16(src, len, first.data(), second.data());
+      std::vector<std::uint16_t> hi(static_cast<std::size_t>(len + 4), 0xAAAA), lo(hi);
+      const bool special = ks.split_bf16(src, len, hi.data(), lo.data());
+      bool want_special = false;
       for (std::int64_t i = 0; i < len; ++i) {
-        const auto [d0, d1] = cpu::split_units(src[i], false);
-        const auto [w0, w1] = cpu::split_units(src[i], true);
-        const auto unit = [](const std::vector<std::uint16_t>& v, std::int64_t u) {
-          return v[static_cast<std::size_t>(2 * u)] |
-                 static_cast<std::uint32_t>(v[static_cast<std::size_t>(2 * u + 1)]) << 16;
-        };
-        ASSERT_EQ(unit(dy, 2 * i), d0) << len << " at " << i << ": " << src[i];
-        ASSERT_EQ(unit(dy, 2 * i + 1), d1) << len << " at " << i;
-        ASSERT_EQ(unit(first, i), w0) << len << " at " << i;
-        ASSERT_EQ(unit(second, i), w1) << len << " at " << i;
+        const auto [h, l] = cpu::split_parts(src[i]);
+        want_special |= !std::isfinite(src[i]) || cpu::tiny_bf16(h) || cpu::tiny_bf16(l);
+        ASSERT_EQ(hi[static_cast<std::size_t>(i)], h) << len << " at " << i << ": " << src[i];
+        ASSERT_EQ(lo[static_cast<std::size_t>(i)], l) << len << " at " << i << ": " << src[i];
       }
-      for (std::size_t i = static_cast<std::size_t>(4 * len); i < dy.size(); ++i) ASSERT_EQ(dy[i], 0xAAAA);
-      for (std::size_t i = static_cast<std::size_t>(2 * len); i < first.size(); ++i) {
-        ASSERT_EQ(first[i], 0xAAAA);
-        ASSERT_EQ(second[i], 0xAAAA);
+      ASSERT_EQ(special, want_special) << len << " from " << start;
+      for (std::size_t i = static_cast<std::size_t>(len); i < hi.size(); ++i) {
+        ASSERT_EQ(hi[i], 0xAAAA);
+        ASSERT_EQ(lo[i], 0xAAAA);
       }
     }
   }
 }
 
-// fp16 values split into bf16 hi + lo for AMX (split_units): for every fp16 code, hi + lo is the value
-// exactly with both parts bf16 (lo's low 16 fp32 bits zero), neither tiny; infinities and NaNs keep
-// themselves (NaN quiet) with zero beside them. The AVX-512 kernels write split_units' units for runs of
-// every length up to 40 and nothing past them.
+float bf16_value(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+
+// fp16 values split into bf16 hi + lo for AMX (split_parts): for every fp16 code, hi + lo is the value
+// exactly with both parts bf16, neither tiny; infinities and NaNs keep themselves (NaN quiet, sign kept)
+// with a zero lo. The AVX-512 kernel agrees with split_parts.
 TEST(CpuKernels, Fp16SplitIntoBf16IsExact) {
   std::vector<float> values;
   for (std::uint32_t code = 0; code < 0x10000; ++code) {
     const float x = numeric::fp16_to_f32(static_cast<std::uint16_t>(code));
     values.push_back(x);
-    const auto [first, second] = cpu::split_units(x, true);
-    const auto part = [](std::uint32_t half) { return std::bit_cast<float>(half << 16); };
-    const float hi = part(first & 0xFFFF), lo = part(first >> 16);
+    const auto [hi, lo] = cpu::split_parts(x);
     if (std::isfinite(x)) {
-      ASSERT_EQ(first, second) << code;
-      ASSERT_EQ(hi + lo, x) << code;
-      ASSERT_EQ(std::bit_cast<std::uint32_t>(x - hi) & 0xFFFF, 0u) << code;
-      ASSERT_FALSE(cpu::tiny_bf16(static_cast<std::uint16_t>(first & 0xFFFF))) << code;
-      ASSERT_FALSE(cpu::tiny_bf16(static_cast<std::uint16_t>(first >> 16))) << code;
-      const auto [d0, d1] = cpu::split_units(x, false);
-      ASSERT_EQ(d0, (first & 0xFFFF) * 0x10001u) << code;
-      ASSERT_EQ(d1, (first >> 16) * 0x10001u) << code;
+      ASSERT_EQ(bf16_value(hi) + bf16_value(lo), x) << code;
+      ASSERT_FALSE(cpu::tiny_bf16(hi)) << code;
+      ASSERT_FALSE(cpu::tiny_bf16(lo)) << code;
     } else {
-      ASSERT_EQ(first >> 16, 0u) << code;
-      ASSERT_EQ(second, 0u) << code;
-      ASSERT_EQ(std::isnan(hi), std::isnan(x)) << code;
-      ASSERT_EQ(cpu::split_units(x, false), std::make_pair(first, 0u)) << code;
+      ASSERT_EQ(lo, 0u) << code;
+      ASSERT_EQ(std::isnan(bf16_value(hi)), std::isnan(x)) << code;
+      ASSERT_EQ(std::signbit(bf16_value(hi)), std::signbit(x)) << code;
+      ASSERT_TRUE(!std::isnan(x) || (hi & 0x40u) != 0) << code;  // quiet
     }
   }
   values.push_back(std::bit_cast<float>(0x7F800001u));  // a NaN whose top 16 bits read as infinity
   values.push_back(std::bit_cast<float>(0xFF800100u));
-  expect_split_kernels_match(values);
+  ASSERT_TRUE(std::isnan(bf16_value(cpu::split_parts(values.back()).first)));
+  expect_split_kernel_matches(values);
 }
 
 // HF32 values (every exponent and 10-bit mantissa of both signs) split the same way: either hi + lo is the
 // value exactly with neither part tiny, or a part is tiny (the engine then computes on unsplit values); a
 // part is always tiny below 2^-56, never from 2^-45 up, and a nonzero value never has a zero hi. The AVX-512
-// kernels agree with split_units on them.
+// kernel agrees with split_parts on them.
 TEST(CpuKernels, Hf32SplitIntoBf16IsExactOrTiny) {
   std::vector<float> values;
-  const auto part = [](std::uint16_t half) {
-    return std::bit_cast<float>(static_cast<std::uint32_t>(half) << 16);
-  };
   for (std::uint32_t sign : {0u, 0x80000000u})
     for (std::uint32_t exponent = 0; exponent < 255; ++exponent)
       for (std::uint32_t mantissa = 0; mantissa < 1024; ++mantissa) {
         const float x = std::bit_cast<float>(sign | exponent << 23 | mantissa << 13);
         ASSERT_EQ(std::bit_cast<std::uint32_t>(numeric::round_to_hf32(x)), std::bit_cast<std::uint32_t>(x));
         values.push_back(x);
-        const auto [first, second] = cpu::split_units(x, true);
-        ASSERT_EQ(first, second);
-        const auto hi = static_cast<std::uint16_t>(first & 0xFFFF),
-                   lo = static_cast<std::uint16_t>(first >> 16);
+        const auto [hi, lo] = cpu::split_parts(x);
         const bool tiny = cpu::tiny_bf16(hi) || cpu::tiny_bf16(lo);
         const std::string what = (std::ostringstream{} << std::hexfloat << x).str();
-        ASSERT_TRUE(tiny || part(hi) + part(lo) == x) << what;
+        ASSERT_TRUE(tiny || bf16_value(hi) + bf16_value(lo) == x) << what;
         ASSERT_TRUE(x == 0 || (hi & 0x7FFF) != 0) << what;
         ASSERT_TRUE(x == 0 || std::fabs(x) >= 0x1p-56f || tiny) << what;
         ASSERT_TRUE(std::fabs(x) < 0x1p-45f || !tiny) << what;
       }
-  expect_split_kernels_match(values);
+  expect_split_kernel_matches(values);
 }
 
 // The vector 8-bit encoders against numeric's scalar ones: every bf16-like pattern (the top 16 bits) with low

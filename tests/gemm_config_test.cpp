@@ -71,7 +71,8 @@ TEST_F(GemmConfigTest, ChannelBlocksShareTheChannelsEvenly) {
   cpu::GemmTuning wide;
   wide.nv = 4;
   EXPECT_EQ(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::avx512, 2, wide).nv, 4);
-  EXPECT_EQ(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2).nv, 2);
+  EXPECT_EQ(cpu::gemm_config(problem_of(with_dtype(c, DType::bf16)), host_cpu_model(), Isa::amx_bf16, 2).nv,
+            2);
 }
 
 // AMX (decided without running it): the reduction padded to 32 channels, or where that is costly (40
@@ -115,8 +116,9 @@ TEST_F(GemmConfigTest, AmxPadsTheReductionAndFlattensShortRows) {
 // AMX runs a row's or plane's channel blocks in turn where the whole packed filter fits in a core's L2, or in
 // twice that for tasks of at least 128 pixels: a 3.4 MiB filter (27 taps x 256 x 256 bf16) over 16 x 32
 // planes (rows of 32 pixels) only with a 4 MiB L2; over 12 x 40 planes (flat planes of 480 pixels) already
-// with 2 MiB, not with 1 MiB (where the planes' dy does not fit beside the staging plane, and rows run). The FMA kernels keep a block's tasks together; fp16 inputs are split into four
-// elements per channel (kpad 4 x Cout, padded to 32).
+// with 2 MiB, not with 1 MiB (where the planes' dy does not fit beside the staging plane, and rows run). The
+// FMA kernels keep a block's tasks together; fp16 inputs are split into bf16 his and los, 64 elements per
+// chunk of 32 output channels, in blocks of one vector.
 TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
   Case c = with_dtype(Case{}, DType::bf16);
   c.Cin = c.Cout = 256;
@@ -144,7 +146,8 @@ TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
   half.Cout = 20;
   const auto split = cpu::gemm_config(problem_of(half), with_l2(2 << 20), Isa::amx_bf16, 2);
   EXPECT_TRUE(split.split);
-  EXPECT_EQ(split.kpad, 96);  // 80 split elements
+  EXPECT_EQ(split.kpad, 64);  // one chunk: 32 his, 32 los
+  EXPECT_EQ(split.nv, 1);
   EXPECT_NE(split.describe().find("split into bf16"), std::string::npos) << split.describe();
 }
 

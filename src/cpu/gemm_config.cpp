@@ -46,7 +46,8 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // An AMX tile reduces over 16 channel pairs at a time: padding channels are zero in dy and the filter.
   c.split = c.amx && !(exact_in_bf16(p.dy_dtype) && exact_in_bf16(p.filter_dtype) &&
                        p.input_rounding != InputRounding::fp16);
-  c.kpad = c.amx    ? ceil_div(p.Cout_g * (c.split ? 4 : 1), 32) * 32
+  c.kpad = c.split  ? ceil_div(p.Cout_g, 32) * 64
+           : c.amx  ? ceil_div(p.Cout_g, 32) * 32
            : c.bf16 ? (p.Cout_g + 1) / 2 * 2
                     : p.Cout_g;
   const std::int64_t kpad = c.kpad;
@@ -54,7 +55,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // Channel blocks: as wide as the kernel set prefers for the longest reduction a tile runs (the most taps
   // of any phase, per axis, times the channels) — 4 vectors of 16 on AVX-512, 2 of 8 on AVX2 unless that is
   // short — and 2 with AMX (2 x 2 tiles of 16 x 16 take the 8 tile registers with the two dy and two filter
-  // tiles); no wider than the channels.
+  // tiles; 1 when split, whose two row tiles take two dy tiles each); no wider than the channels.
   Axis axes[3];  // D, H, W: each axis's phases and their taps
   std::int64_t phase_taps[3] = {}, tile_steps = kpad;
   for (int a = 0; a < 3; ++a) {
@@ -64,7 +65,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
     tile_steps = saturating_mul(tile_steps, phase_taps[a]);
   }
   const Axis &h_axis = axes[1], &w_axis = axes[2];
-  const int widest_nv = c.amx ? 2 : ks.widest_nv();
+  const int widest_nv = c.split ? 1 : c.amx ? 2 : ks.widest_nv();
   const int nv = std::min(tuning.nv > 0 ? tuning.nv : ks.nv_for_reduction(tile_steps), widest_nv);
   // Unless tuned, blocks as equal as the channels allow (6 vectors as 3 + 3 rather than 4 + 2, 9 as 3 + 3 +
   // 3 rather than 4 + 4 + 1), so every block's tasks cost about the same and threads that take whole blocks

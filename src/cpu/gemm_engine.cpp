@@ -151,15 +151,15 @@ class GemmEngine final : public EngineImpl {
   std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
   std::string config() const override {
     return config_.describe() + (exact_fallback_
-                                     ? "; a call whose HF32 inputs hold a value below about 2^-45 "
-                                       "(a tiny bf16 part) or an inf or NaN in the filter runs " +
+                                     ? "; a call whose inputs hold an inf, a NaN or (HF32) a value "
+                                       "below about 2^-45 (a tiny bf16 part) runs " +
                                            exact_fallback_->name() + " on unsplit values"
                                      : "");
   }
 
-  // HF32 on AMX (split): the engine a call runs instead when its inputs hold a value the split cannot take
-  // (a tiny part, or an inf or NaN in the filter): the FMA kernels on unsplit values, what HF32 computes
-  // without AMX. Its memory is counted in this engine's (both filters kept, the larger workspace).
+  // Split inputs (fp16, HF32): the engine a call runs instead when its inputs hold a value the split cannot
+  // take (a tiny part, an inf or a NaN): the FMA kernels on unsplit values, what the call computes without
+  // AMX. Its memory is counted in this engine's (both filters kept, the larger workspace).
   void set_exact_fallback(std::unique_ptr<GemmEngine> fallback, const EngineRequest& request) {
     exact_fallback_ = std::move(fallback);
     check_memory(request, name(), memory());
@@ -315,7 +315,7 @@ class GemmEngine final : public EngineImpl {
     if (config_.split) {
       w_reader_.visit(filter, [&](auto get) {
         tiny_blocks_[static_cast<std::size_t>(gb)] =
-            pack_split_block(get, gb / nb, b, static_cast<std::uint16_t*>(dst));
+            pack_split_block(get, filter, gb / nb, b, static_cast<std::uint16_t*>(dst));
       });
       return;
     }
@@ -569,24 +569,52 @@ class GemmEngine final : public EngineImpl {
     return tiny || (config_.amx && nonfinite);
   }
 
-  // pack_block for split inputs (GemmConfig::split): output channel co takes the pairs 2 co and 2 co + 1 of
-  // each tap, where input channel c holds the units split_units gives its value. Returns whether a packed
-  // value is tiny or not finite, as pack_block.
+  // pack_block for split inputs (GemmConfig::split): per tap and chunk of 32 output channels, the pairs
+  // (2 p, 2 p + 1) of the chunk's his for each of the block's channels, then those of its los. Returns
+  // whether a packed value is tiny or not finite (the call then runs the exact fallback). Values are widened
+  // by vector kernels where the reader allows: per tap's run of contiguous input channels, or per output
+  // channel its dense NCDHW [ci][tap] slab; otherwise read one by one.
   template <class Get>
-  bool pack_split_block(const Get& get, std::int64_t g, const Block& b, std::uint16_t* dst) const {
+  bool pack_split_block(const Get& get, const void* filter, std::int64_t g, const Block& b,
+                        std::uint16_t* dst) const {
     const auto& s = p_.filter_strides;
     const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
-    std::vector<float> run(static_cast<std::size_t>(valid));
+    const bool widens = w_reader_.widens(ks_), by_run = widens && s[1] == 1,
+               by_slab = widens && !by_run && dense_ncdhw_filter(valid);
+    std::vector<float> slabs(static_cast<std::size_t>(by_slab ? 2 * valid * taps_ : 0));
+    // Runs of the pair's two output channels (zero past the valid channels and for a missing odd one), then
+    // their his and los.
+    std::vector<float> runs(static_cast<std::size_t>(2 * cbw), 0.0f);
+    std::vector<std::uint16_t> parts(static_cast<std::size_t>(4 * cbw));
+    std::uint16_t* const hi = parts.data();
+    std::uint16_t* const lo = hi + 2 * cbw;
     bool special = false;
-    for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
-      std::uint16_t* dst_co = dst + 2 * co * cbw * 2;  // pair 2 co: cbw units of two bf16
-      const std::int64_t base = (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
+    for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
+      const std::int64_t pair_at = (co / 32 * 64 + co % 32) * cbw;  // the pair's row of his
+      const std::int64_t channels = std::min<std::int64_t>(2, p_.Cout_g - co);
+      if (channels == 1) std::fill(runs.begin() + cbw, runs.end(), 0.0f);  // an odd Cout_g's missing channel
+      if (by_slab)
+        for (std::int64_t e = 0; e < channels; ++e)
+          w_reader_.widen(ks_, filter, (g * p_.Cout_g + co + e) * s[0] + b.ci0 * s[1], valid * taps_,
+                          slabs.data() + e * valid * taps_);
       for (std::int64_t t = 0; t < taps_; ++t) {
-        const std::int64_t src = base + tap_src_[static_cast<std::size_t>(t)];
-        for (std::int64_t c = 0; c < valid; ++c) run[static_cast<std::size_t>(c)] = get(src + c * s[1]);
-        std::uint16_t* out = dst_co + tap_pos(t) * tap_step;
-        ks_.split_filter_bf16(run.data(), valid, out, out + 2 * cbw);
-        special |= ks_.any_tiny_bf16(out, 4 * cbw) || ks_.any_nonfinite_bf16(out, 4 * cbw);
+        for (std::int64_t e = 0; e < channels; ++e) {
+          float* run = runs.data() + e * cbw;
+          const std::int64_t src =
+              (g * p_.Cout_g + co + e) * s[0] + b.ci0 * s[1] + tap_src_[static_cast<std::size_t>(t)];
+          if (by_run) {
+            w_reader_.widen(ks_, filter, src, valid, run);
+          } else if (by_slab) {
+            const float* slab = slabs.data() + e * valid * taps_ + t;
+            for (std::int64_t c = 0; c < valid; ++c) run[c] = slab[c * taps_];
+          } else {
+            for (std::int64_t c = 0; c < valid; ++c) run[c] = get(src + c * s[1]);
+          }
+        }
+        special |= ks_.split_bf16(runs.data(), 2 * cbw, hi, lo);
+        std::uint16_t* out = dst + tap_pos(t) * tap_step + pair_at;
+        ks_.interleave_bf16(hi, hi + cbw, out, cbw);
+        ks_.interleave_bf16(lo, lo + cbw, out + 32 * cbw, cbw);
       }
     }
     return special;
@@ -987,9 +1015,10 @@ class GemmEngine final : public EngineImpl {
     return any_tiny();
   }
 
-  // convert_dy for split inputs (GemmConfig::split): each dy value as the four elements split_units gives it,
-  // from values widened per pixel (contiguous channels), per block of 16 channels x 256 pixels transposed to
-  // channel-last (contiguous W), or read one by one.
+  // convert_dy for split inputs (GemmConfig::split): per pixel and chunk of 32 output channels, their his
+  // then their los (split_parts), from values widened per pixel (contiguous channels), per block of 16
+  // channels x 256 pixels transposed to channel-last (contiguous W), or read one by one. Returns whether a
+  // part is tiny or not finite (the call then runs the exact fallback).
   bool convert_dy_split(const void* dy, std::uint16_t* out) const {
     const auto& s = p_.dy_strides;
     const std::int64_t planes = p_.N * p_.G * p_.dy_size[0];
@@ -1002,6 +1031,7 @@ class GemmEngine final : public EngineImpl {
         std::vector<float> buf(static_cast<std::size_t>(std::max(p_.Cout_g, 2 * kRows * kPixels)));
         float* const transposed = buf.data() + kRows * kPixels;
         for (std::int64_t r = begin; r < end; ++r) {
+          bool special = false;  // a value not finite or with a tiny part
           const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
                              n = r / p_.dy_size[0] / p_.G;
           zero_halo_rows(out + r * dy_d_);
@@ -1009,8 +1039,9 @@ class GemmEngine final : public EngineImpl {
             const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
             std::uint16_t* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
             zero_halo(row);
-            for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
-              std::fill(row + ow * kpad_ + 4 * p_.Cout_g, row + (ow + 1) * kpad_, std::uint16_t{0});
+            if (p_.Cout_g % 32 != 0)  // the last chunk's padding channels
+              for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
+                std::fill(row + ow * kpad_ + (kpad_ - 64), row + (ow + 1) * kpad_, std::uint16_t{0});
             if (by_block && !by_pixel) {
               for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
                 const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
@@ -1021,7 +1052,7 @@ class GemmEngine final : public EngineImpl {
                   ks_.store_transposed(buf.data(), false, kPixels, nc, nw, transposed, StoreType::f32, kRows,
                                        false);
                   for (std::int64_t w = 0; w < nw; ++w)
-                    ks_.split_dy_bf16(transposed + w * kRows, nc, row + (w0 + w) * kpad_ + 4 * c0);
+                    special |= split_dy_run(transposed + w * kRows, c0, nc, row + (w0 + w) * kpad_);
                 }
               }
               continue;
@@ -1033,14 +1064,27 @@ class GemmEngine final : public EngineImpl {
               else
                 for (std::int64_t co = 0; co < p_.Cout_g; ++co)
                   buf[static_cast<std::size_t>(co)] = get(px + co * s[1]);
-              ks_.split_dy_bf16(buf.data(), p_.Cout_g, row + ow * kpad_);
+              special |= split_dy_run(buf.data(), 0, p_.Cout_g, row + ow * kpad_);
             }
           }
-          tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
+          tiny[static_cast<std::size_t>(r)] = special;
         }
       });
     });
     return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
+  }
+
+  // Channels [c0, c0 + n) of one converted dy pixel (split): hi and lo parts into their chunks' halves.
+  // Whether a value is not finite or has a tiny part.
+  bool split_dy_run(const float* values, std::int64_t c0, std::int64_t n, std::uint16_t* pixel) const {
+    bool special = false;
+    for (std::int64_t c = c0, end = c0 + n; c < end;) {
+      const std::int64_t take = std::min(end - c, 32 - c % 32);
+      std::uint16_t* const chunk = pixel + c / 32 * 64 + c % 32;
+      special |= ks_.split_bf16(values + (c - c0), take, chunk, chunk + 32);
+      c += take;
+    }
+    return special;
   }
 
   // One task, for one channel block: y planes [q0, q1) (q = n * Di + id) in plane mode, else row ih of plane
@@ -1076,7 +1120,7 @@ class GemmEngine final : public EngineImpl {
     float* tile = static_cast<float*>(align64(scratch.tile.data()));
     const std::int64_t cbw = b.nv * lanes_, tap_bytes = kpad_ * cbw * elem_,
                        steps = bf16_ ? kpad_ / 2 : kpad_;
-    const TileFn* const fns = amx ? amx_kernels().tile[b.nv] : fns_nv[b.nv];
+    const TileFn* const fns = amx ? amx_tiles(b.nv) : fns_nv[b.nv];
     const RowTiling& tiling = amx ? amx_tiling_ : tilings_[static_cast<std::size_t>(b.nv)];
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
     const std::int64_t row_floats = W.in * cbw, plane_floats = (ih1 - ih0) * row_floats;
@@ -1277,7 +1321,7 @@ class GemmEngine final : public EngineImpl {
                                steps, 0, 0};
           }
         }
-        const TileFn* fns = amx_kernels().tile[b.nv];
+        const TileFn* fns = amx_tiles(b.nv);
         const std::int64_t pixels = PH.count * flat_width_,
                            width = ceil_div(pixels, ceil_div(pixels, kAmxMaxM));
         for (std::int64_t v0 = 0; v0 < pixels; v0 += width) {
@@ -1511,6 +1555,10 @@ class GemmEngine final : public EngineImpl {
   std::vector<AlignedPtr> own_blocks_;  // per slot: full-width and narrow packed blocks (see own_slots)
   // Per (group, channel block): it needs the exact kernels (a tiny bf16 value; for AMX, a non-finite one).
   std::vector<unsigned char> tiny_blocks_;
+  // The AMX tile kernels of a block of nv vectors, by pixels.
+  const TileFn* amx_tiles(int nv) const {
+    return config_.split ? amx_kernels().split : amx_kernels().tile[nv];
+  }
   bool any_exact_block() const {
     return std::find(tiny_blocks_.begin(), tiny_blocks_.end(), 1) != tiny_blocks_.end();
   }
@@ -1573,32 +1621,35 @@ std::unique_ptr<GemmEngine> make_gemm_engine(const EngineRequest& request, Isa i
     // Padding the reduction multiplies the work by kpad / Cout_g, and products over fewer than 16 pairs by
     // 16 / amx_pairs more; beyond 4x the AVX-512 kernels are as fast (unless the caller named amx_bf16). A
     // halo wider than dy itself (y reaching far past dy) would mostly multiply zeros.
-    if (p.Cout_g * (config.split ? 4 : 1) * 4 * config.amx_pairs < config.kpad * 16 &&
+    if (p.Cout_g * (config.split ? 2 : 1) * 4 * config.amx_pairs < config.kpad * 16 &&
         !(request.isa_named && request.isa == Isa::amx_bf16)) {
       why_not = "out_backprop has " + std::to_string(p.Cout_g) +
                 " channels per group: AMX tiles reduce over 32 at a time";
       return nullptr;
     }
-    // Split fp16 and HF32 values take four tdpbf16ps products per multiply-add, so AMX beats the FMA kernels
-    // only where its tiles run long reductions over full tiles and packing the four-fold filter is small
-    // beside the work (Xeon, 2 threads, fp16, against gemm_avx512: 3x3x3 kernels at stride 1 0.59-0.67x the
-    // time; stride 2 (3.4 taps per pixel) 0.87-0.91x; 1 tap per pixel 1.1-2.5x; 2x2x2 1.2x; a filter 50x
-    // larger than dy 1.8x; 3 output channels (a third of a 32-element chunk) 2.6x; 3 input channels 2.1x the
-    // time of the pixel engine).
+    // Split fp16 and HF32 values take four tdpbf16ps products per multiply-add (on six tile loads per eight),
+    // so AMX beats the FMA kernels where the chunks of 32 output channels are mostly full, there are 16
+    // input channels or more per group, and packing the split filter is small beside the work. Xeon with
+    // AMX (model 167), 2 threads, fp16, against gemm_avx512 (both layouts): suite a, vae and 3x3x3 extra
+    // shapes 0.34-0.57x the time, stride 2 (b, d, k4s2, down_s2) 0.52-0.66x, unet_up and k1s2 (one tap per
+    // pixel) 0.63-0.91x; e (a filter 48x dy) 0.82-1.06x, i (pointwise, 2730 output channels) 1.05-1.07x,
+    // unet16 (16 output channels: a half-empty chunk) 1.04-1.05x, c (3) 3.5-4.3x, 3 input channels 1.2-1.4x
+    // and depthwise 14-48x the time of the pixel engine.
     if (config.split && !(request.isa_named && request.isa == Isa::amx_bf16)) {
       const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2],
                          phases = p.stride[0] * p.stride[1] * p.stride[2],
                          filter = saturating_mul(saturating_mul(p.G * p.Cin_g, p.Cout_g), taps),
                          dy = saturating_mul(saturating_mul(p.N * p.Cout(), p.dy_size[0]),
                                              saturating_mul(p.dy_size[1], p.dy_size[2]));
-      if (taps < 9 * phases || filter > dy || p.Cin_g < 16 || p.Cout_g < 8) {
+      if (p.Cin_g < 16 || config.kpad > 3 * p.Cout_g || filter > saturating_mul(dy, 16) ||
+          (taps == 1 && phases == 1)) {
         why_not =
-            "fp16 and HF32 on AMX tiles take 4 products per multiply-add: it pays only with at least 9 taps "
-            "per y pixel, 16 input and 8 output channels per group and a filter no larger than "
-            "out_backprop (here " +
-            std::to_string(taps / phases) + " taps, " + std::to_string(p.Cin_g) + " and " +
-            std::to_string(p.Cout_g) + " channels, " + std::to_string(filter) + " filter and " +
-            std::to_string(dy) + " out_backprop values)";
+            "fp16 and HF32 on AMX tiles take 4 products per multiply-add: they pay only with 16 input "
+            "channels per group or more, output channels filling at least two thirds of their 32-channel "
+            "chunks, a filter at most 16x out_backprop and more than a pointwise kernel (here " +
+            std::to_string(p.Cin_g) + " and " + std::to_string(p.Cout_g) + " channels, " +
+            std::to_string(filter) + " filter and " + std::to_string(dy) + " out_backprop values, " +
+            std::to_string(taps) + " taps, stride product " + std::to_string(phases) + ")";
         return nullptr;
       }
     }
@@ -1613,11 +1664,12 @@ std::unique_ptr<GemmEngine> make_gemm_engine(const EngineRequest& request, Isa i
     }
   }
   auto engine = std::make_unique<GemmEngine>(request, p, kernels_for(isa), config);
-  if (config.split && p.input_rounding == InputRounding::hf32) {
+  if (config.split) {
     std::string why;
     auto fallback = make_gemm_engine(request, Isa::avx512, {}, why);
     if (!fallback) {
-      why_not = "HF32 inputs too small to split need gemm_avx512 beside AMX, which declines: " + why;
+      why_not =
+          "split inputs that are tiny or not finite need gemm_avx512 beside AMX, which declines: " + why;
       return nullptr;
     }
     engine->set_exact_fallback(std::move(fallback), request);

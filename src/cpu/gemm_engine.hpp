@@ -37,10 +37,12 @@ struct GemmConfig {
   // blocks (and all, when dy holds a tiny value) run the AVX-512 exact bf16 kernels on the same data.
   bool amx = false;
   // AMX with fp16 or HF32 inputs (splits_into_bf16 but not all exact in bf16): every dy and filter value
-  // split into bf16 hi + lo (split_units), four reduction elements per channel.
+  // split into bf16 hi + lo (split_parts), per chunk of 32 output channels their 32 his then 32 los; blocks
+  // of one vector (AmxKernels::split). Inputs the split cannot take (tiny parts, inf, NaN) run the call on a
+  // gemm_avx512 engine instead.
   bool split = false;
-  // Reduction elements per tap: Cout_g (4 Cout_g when split), padded to even for pairs, to 32 for AMX
-  // (to even where amx_pairs < 16).
+  // Reduction elements per tap: Cout_g, padded to even for pairs, to 32 for AMX (to even where amx_pairs <
+  // 16); split, 64 per chunk of 32 output channels.
   std::int64_t kpad = 0;
   // AMX: channel pairs per tile product. 16 (32 channels), or, where few output channels make padding each
   // tap to 32 costly and a phase's W taps fuse, the most pairs (up to 16) that divide every phase's fused

@@ -162,13 +162,9 @@ struct KernelSet {
   // ISA has none.
   void (*interleave_bf16)(const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
                           std::int64_t n) = nullptr;
-  // fp16 values on bf16 pairs (split_units in support.hpp): each of n fp32 values (fp16 values) split into
-  // bf16 hi + lo as dy's four elements out[4 i ..] = (hi, hi, lo, lo), or as the filter's pairs first[2 i ..]
-  // = second[2 i ..] = (hi, lo); a value that is not finite as (x, 0, 0, 0) and first = (x, 0), second = (0,
-  // 0). Null where the ISA has none.
-  void (*split_dy_bf16)(const float* src, std::int64_t n, std::uint16_t* out) = nullptr;
-  void (*split_filter_bf16)(const float* src, std::int64_t n, std::uint16_t* first,
-                            std::uint16_t* second) = nullptr;
+  // fp16 and HF32 values as bf16 hi + lo (split_parts in support.hpp): hi[i], lo[i] for i < n; whether a
+  // value is not finite or has a tiny part (tiny_bf16). Null where the ISA has none.
+  bool (*split_bf16)(const float* src, std::int64_t n, std::uint16_t* hi, std::uint16_t* lo) = nullptr;
   // out[i] = a[i / 2] for even i, b[i / 2] for odd i, i < n. Null where the ISA has none.
   void (*interleave_f32)(const float* a, const float* b, float* out, std::int64_t n) = nullptr;
   // y[r * y_rs + c] = a[r * a_rs + c] rounded as to_bf16 does, r < nr, c < nc. Null where the ISA has none.
@@ -217,6 +213,8 @@ struct KernelSet {
 inline constexpr int kAmxMaxM = 32;
 struct AmxKernels {
   TileFn tile[3][kAmxMaxM + 1] = {};  // [NV][M]
+  // [M]: split fp16 and HF32 values (GemmConfig::split), one vector of 16 input channels; k a multiple of 32.
+  TileFn split[kAmxMaxM + 1] = {};
 };
 
 const KernelSet& avx512_kernels();  // only after cpu_supports(Isa::avx512)

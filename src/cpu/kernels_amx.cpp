@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 #include "cpu/kernels.hpp"
@@ -107,6 +108,29 @@ inline __attribute__((always_inline)) void tile_dot() {
   static_assert(c_tile(1, 1) == 3 && a_tile(1) == 5 && b_tile(1) == 7, "the literals above");
 }
 
+// Split tiles: C tile Ct += tile At . tile Bt.
+template <int Ct, int At, int Bt>
+inline __attribute__((always_inline)) void split_dot() {
+  if constexpr (Ct == 0 && At == 2 && Bt == 6)
+    _tile_dpbf16ps(0, 2, 6);
+  else if constexpr (Ct == 0 && At == 2 && Bt == 7)
+    _tile_dpbf16ps(0, 2, 7);
+  else if constexpr (Ct == 0 && At == 3 && Bt == 6)
+    _tile_dpbf16ps(0, 3, 6);
+  else if constexpr (Ct == 0 && At == 3 && Bt == 7)
+    _tile_dpbf16ps(0, 3, 7);
+  else if constexpr (Ct == 1 && At == 4 && Bt == 6)
+    _tile_dpbf16ps(1, 4, 6);
+  else if constexpr (Ct == 1 && At == 4 && Bt == 7)
+    _tile_dpbf16ps(1, 4, 7);
+  else if constexpr (Ct == 1 && At == 5 && Bt == 6)
+    _tile_dpbf16ps(1, 5, 6);
+  else {
+    static_assert(Ct == 1 && At == 5 && Bt == 7);
+    _tile_dpbf16ps(1, 5, 7);
+  }
+}
+
 // The shape loaded in this thread's tile registers (0: none), so consecutive tiles of one shape configure
 // once.
 thread_local int loaded_shape = 0;
@@ -188,11 +212,74 @@ void tile_kernel(const TileArgs& a) {
   });
 }
 
+// Split tiles (GemmConfig::split): M <= 32 pixels x 16 input channels over chunks of 32 output channels,
+// each chunk dy's 32 his then 32 los (A tiles hi[r] = 2 + 2 r and lo[r] = 3 + 2 r, rows one dy pixel
+// apart) and the filter's 16 pairs of his then 16 of los (B tiles 6 and 7, 64-byte rows). C[r] (tile r)
+// takes hi hi', hi lo', lo hi', lo lo' in that order: eight products on six loads, where 2 x 2 tiles of
+// unsplit pairs take four on four.
+template <int M>
+void split_tile_kernel(const TileArgs& a) {
+  constexpr int R = (M + 15) / 16;
+  constexpr int shape = (M * 4 + 3) * 32;  // apart from configure's shapes
+  if (loaded_shape != shape) {
+    TileConfig cfg;
+    for (int r = 0; r < R; ++r) {
+      const auto rows = static_cast<std::uint8_t>(M - 16 * r < 16 ? M - 16 * r : 16);
+      for (int t : {r, 2 + 2 * r, 3 + 2 * r}) {
+        cfg.rows[t] = rows;
+        cfg.colsb[t] = 64;
+      }
+    }
+    for (int t : {6, 7}) {
+      cfg.rows[t] = 16;
+      cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    loaded_shape = shape;
+  }
+  const std::int64_t tile_row_bytes = a.tile_ps * 4;
+  static_for<0, R>([&](auto rc) {
+    constexpr int r = decltype(rc)::value;
+    if (a.accumulate)
+      tile_load<r>(a.tile + r * 16 * a.tile_ps, tile_row_bytes);
+    else
+      tile_zero<r>();
+  });
+  const auto* dy = static_cast<const char*>(a.dy);
+  const std::int64_t dy_row_bytes = a.dy_ps * 2;
+  for (std::int64_t t = 0; t < a.ntaps; ++t) {
+    const TapRef& tap = a.taps[t];
+    const char* d = dy + tap.dy_off * 2;
+    const char* w = static_cast<const char*>(tap.w);
+    for (std::int64_t s = 0; s < tap.k; s += 32, d += 128, w += 2048) {
+      static_for<0, R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        tile_load<2 + 2 * r>(d + r * 16 * dy_row_bytes, dy_row_bytes);
+        tile_load<3 + 2 * r>(d + 64 + r * 16 * dy_row_bytes, dy_row_bytes);
+      });
+      tile_load<6>(w, 64);
+      tile_load<7>(w + 1024, 64);
+      static_for<0, R>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        split_dot<r, 2 + 2 * r, 6>();
+        split_dot<r, 2 + 2 * r, 7>();
+        split_dot<r, 3 + 2 * r, 6>();
+        split_dot<r, 3 + 2 * r, 7>();
+      });
+    }
+  }
+  static_for<0, R>([&](auto rc) {
+    constexpr int r = decltype(rc)::value;
+    tile_store<r>(a.tile + r * 16 * a.tile_ps, tile_row_bytes);
+  });
+}
+
 AmxKernels make_kernels() {
   AmxKernels k;
   static_for<1, kAmxMaxM + 1>([&](auto m) {
     k.tile[1][m] = &tile_kernel<m, 1>;
     k.tile[2][m] = &tile_kernel<m, 2>;
+    k.split[m] = &split_tile_kernel<m>;
   });
   return k;
 }

@@ -581,49 +581,41 @@ void interleave_f32(const float* a, const float* b, float* out, std::int64_t n) 
   }
 }
 
-// split_units (support.hpp) for 16 values at once: the first and second 32-bit units of each. (Shifts by
-// the maskz forms: GCC 12 warns of the plain forms' undefined source.)
-struct SplitUnits16 {
-  __m512i first, second;
-};
-CONV3D_DX_INLINE SplitUnits16 split_units16(__m512 x, bool filter) {
-  const __m512i bits = _mm512_castps_si512(x), exponent = _mm512_set1_epi32(0x7F800000);
-  const __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), exponent);
-  const __mmask16 nan =
-      _mm512_mask_cmpgt_epi32_mask(special, _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), exponent);
-  // Below bf16's smallest denormal: hi is that denormal (split_units).
-  const __mmask16 below_bf16 = _mm512_mask_test_epi32_mask(
-      _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7FFF0000)), bits, _mm512_set1_epi32(0xFFFF));
-  const __m512i truncated = _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
-  const __m512i hi_bits = _mm512_mask_or_epi32(truncated, below_bf16, truncated, _mm512_set1_epi32(0x10000));
-  const __m512i hi = _mm512_maskz_srli_epi32(0xFFFF, hi_bits, 16);
-  const __m512i lo = _mm512_maskz_srli_epi32(
-      0xFFFF, _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(hi_bits))), 16);
-  __m512i first = _mm512_or_si512(hi, _mm512_maskz_slli_epi32(0xFFFF, filter ? lo : hi, 16));
-  __m512i second = filter ? first : _mm512_or_si512(lo, _mm512_maskz_slli_epi32(0xFFFF, lo, 16));
-  first = _mm512_mask_mov_epi32(first, special, _mm512_mask_mov_epi32(hi, nan, _mm512_set1_epi32(0x7FC0)));
-  second = _mm512_maskz_mov_epi32(static_cast<__mmask16>(~special), second);
-  return {first, second};
-}
-
-void split_dy_bf16(const float* src, std::int64_t n, std::uint16_t* out) {
-  const __m512i lo = interleave_index(false), hi = interleave_index(true);
-  for (std::int64_t i = 0; i < n; i += 16) {
-    const std::int64_t left = std::min<std::int64_t>(n - i, 16);
-    const auto [first, second] = split_units16(_mm512_maskz_loadu_ps(tail16(left), src + i), false);
-    _mm512_mask_storeu_epi32(out + 4 * i, tail16(2 * left), _mm512_permutex2var_epi32(first, lo, second));
-    _mm512_mask_storeu_epi32(out + 4 * i + 32, tail16(std::max<std::int64_t>(2 * left - 16, 0)),
-                             _mm512_permutex2var_epi32(first, hi, second));
-  }
-}
-
-void split_filter_bf16(const float* src, std::int64_t n, std::uint16_t* first, std::uint16_t* second) {
+// split_parts (support.hpp) for n values, 16 at a time: hi[i] and lo[i] as bf16 bits; whether a value is
+// not finite or has a tiny part (tiny_bf16). (Shifts by the maskz forms: GCC 12 warns of the plain forms'
+// undefined source.)
+bool split_bf16(const float* src, std::int64_t n, std::uint16_t* hi, std::uint16_t* lo) {
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000);
+  // A part is tiny when (its bits without the sign) - 1 < 0x237F, unsigned (zero wraps): on the fp32 bits
+  // of the part, (bits & 0x7FFF0000) - 0x10000 < 0x237F0000.
+  const auto tiny = [](__m512i bits, __mmask16 m) __attribute__((always_inline)) {
+    return _mm512_mask_cmplt_epu32_mask(
+        m,
+        _mm512_sub_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFF0000)), _mm512_set1_epi32(0x10000)),
+        _mm512_set1_epi32(0x237F0000));
+  };
+  __mmask16 any = 0;
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail16(n - i);
-    const auto [a, b] = split_units16(_mm512_maskz_loadu_ps(m, src + i), true);
-    _mm512_mask_storeu_epi32(first + 2 * i, m, a);
-    _mm512_mask_storeu_epi32(second + 2 * i, m, b);
+    const __m512 x = _mm512_maskz_loadu_ps(m, src + i);
+    const __m512i bits = _mm512_castps_si512(x);
+    const __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), exponent);
+    const __mmask16 nan = _mm512_mask_cmpgt_epi32_mask(
+        special, _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), exponent);
+    // Below bf16's smallest denormal: hi is that denormal.
+    const __mmask16 below_bf16 = _mm512_mask_test_epi32_mask(
+        _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7FFF0000)), bits, _mm512_set1_epi32(0xFFFF));
+    const __m512i truncated = _mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    __m512i hi_bits = _mm512_mask_or_epi32(truncated, below_bf16, truncated, _mm512_set1_epi32(0x10000));
+    const __m512i lo_bits = _mm512_maskz_and_epi32(
+        static_cast<__mmask16>(~special), _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(hi_bits))),
+        _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    hi_bits = _mm512_mask_or_epi32(hi_bits, nan, hi_bits, _mm512_set1_epi32(0x400000));  // NaN made quiet
+    any = static_cast<__mmask16>(any | (special & m) | tiny(hi_bits, m) | tiny(lo_bits, m));
+    _mm512_mask_cvtepi32_storeu_epi16(hi + i, m, _mm512_maskz_srli_epi32(0xFFFF, hi_bits, 16));
+    _mm512_mask_cvtepi32_storeu_epi16(lo + i, m, _mm512_maskz_srli_epi32(0xFFFF, lo_bits, 16));
   }
+  return any != 0;
 }
 
 // The lanes of m whose bf16 value is tiny (tiny_bf16): (|v| - 1) < 0x237F unsigned, nonzero and below 2^-56;
@@ -702,8 +694,7 @@ const KernelSet& avx512_kernels() {
     s.copy_bf16 = &copy_bf16;
     s.interleave_bf16 = &interleave_bf16;
     s.interleave_f32 = &interleave_f32;
-    s.split_dy_bf16 = &split_dy_bf16;
-    s.split_filter_bf16 = &split_filter_bf16;
+    s.split_bf16 = &split_bf16;
     s.transpose_bf16_pairs = &transpose_bf16_pairs;
     static_for<1, kMaxPixCi + 1>([&](auto ci) {
       static_for<1, pix_max_p(ci, kPixBudget) + 1>([&](auto p) {

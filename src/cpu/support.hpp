@@ -40,31 +40,26 @@ inline bool exact_in_bf16(DType t) { return t == DType::bf16 || t == DType::hif8
 inline bool tiny_bf16(std::uint16_t bits) {
   return static_cast<std::uint16_t>((bits & 0x7FFFu) - 1u) < 0x237Fu;
 }
-// fp16 and HF32 inputs on bf16 pairs (AMX): a value x of 11 significant bits (fp16, or fp32 rounded to HF32)
-// is exactly hi + lo, hi its top 8 significant bits (x's fp32 bits truncated to bf16) and lo = x - hi (at
-// most 3 bits, exact in bf16 unless x lies near the bottom of fp32's range). Per reduction channel dy takes
-// two pairs (hi, hi), (lo, lo) and the filter two pairs (hi, lo), (hi, lo): the four products hi hi + hi lo +
-// lo hi + lo lo are exact and sum to dy x w. fp16 parts are normal or zero and above tiny_bf16's bound; an
-// HF32 value below about 2^-45 has a tiny part, and one below bf16's smallest denormal (2^-133), whose hi
+// fp16 and HF32 inputs on AMX tiles (GemmConfig::split): a value x of 11 significant bits (fp16, or fp32
+// rounded to HF32) is exactly hi + lo, hi its top 8 significant bits (x's fp32 bits truncated to bf16) and
+// lo = x - hi (at most 3 bits, exact in bf16 unless x lies near the bottom of fp32's range). The tiles take
+// dy's his and los as two operands and the filter's likewise, and add hi hi' + hi lo' + lo hi' + lo lo',
+// four exact products summing to x w. fp16 parts are normal or zero and above tiny_bf16's bound; an HF32
+// value below about 2^-45 may have a tiny part, and one below bf16's smallest denormal (2^-133), whose hi
 // would be zero, gets the smallest denormal of its sign as hi instead: tiny too, so that the scans that send
-// tiny inputs to exact kernels see it (HF32 then computes on unsplit fp32 values). A value that is not
-// finite keeps itself in the first element and zero elsewhere, dy (x, 0), (0, 0) and the filter (w, 0),
-// (0, 0): dy x w then reaches the sum as x times the other side's hi (same sign, zero only with the value)
-// or hi times w, so infinities and NaNs come out as the unsplit product would, with no 0 x inf from a lo
-// part. The 32-bit units (first, second) of one value, element 0 in the low half.
-inline std::pair<std::uint32_t, std::uint32_t> split_units(float x, bool filter) {
+// tiny inputs to unsplit kernels see it. A value that is not finite is its own hi (a NaN made quiet) with a
+// zero lo; its products are not x w (inf x 0 where the other side's lo is zero), so such inputs also go to
+// the unsplit kernels. Returns (hi, lo) as bf16 bits.
+inline std::pair<std::uint16_t, std::uint16_t> split_parts(float x) {
   const auto bits = std::bit_cast<std::uint32_t>(x);
-  if ((bits & 0x7F800000u) == 0x7F800000u) {
-    const std::uint32_t hi = (bits & 0x7FFFFFu) != 0 ? 0x7FC0u : bits >> 16;  // NaNs stay NaN
-    return {hi, 0};
-  }
+  if ((bits & 0x7F800000u) == 0x7F800000u)
+    return {static_cast<std::uint16_t>((bits & 0x7FFFFFu) != 0 ? (bits >> 16 | 0x40u) : bits >> 16), 0};
   const bool below_bf16 = (bits & 0x7FFF0000u) == 0 && (bits & 0xFFFFu) != 0;
   const std::uint32_t hi = bits >> 16 | (below_bf16 ? 1u : 0u);
   const std::uint32_t lo = std::bit_cast<std::uint32_t>(x - std::bit_cast<float>(hi << 16)) >> 16;
-  if (filter) return {hi | lo << 16, hi | lo << 16};
-  return {hi | hi << 16, lo | lo << 16};
+  return {static_cast<std::uint16_t>(hi), static_cast<std::uint16_t>(lo)};
 }
-// Whether every input value splits into split_units' parts: each input bf16-exact, an fp16 value (fp16
+// Whether every input value splits into split_parts' parts: each input bf16-exact, an fp16 value (fp16
 // inputs, or any input rounded to fp16) or fp32 rounded to HF32, so AMX tiles can take them (HF32 values
 // with a tiny part fall back to fp32 kernels).
 inline bool splits_into_bf16(const Problem& p) {
