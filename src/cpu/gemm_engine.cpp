@@ -213,7 +213,7 @@ class GemmEngine final : public EngineImpl {
                  [&](std::int64_t begin, std::int64_t end) {
                    for (std::int64_t gb = begin; gb < end; ++gb) pack_group_block(filter, gb, block_of(gb));
                  });
-    if (exact_fallback_) exact_fallback_->pack_filter(filter);  // for any later dy with a tiny value
+    if (exact_fallback_) exact_fallback_->pack_filter(filter);  // for a later dy the split cannot take
   }
 
   void execute(const void* dy, void* y, void* workspace) const override {

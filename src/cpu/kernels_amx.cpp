@@ -8,7 +8,8 @@
 // (TileArgs::amx_pairs: fewer for few output channels, A tiles then narrower and B tiles shorter) loads two
 // A and two B tiles for four products. The engine pads each tap's reduction to a multiple of the chunk and
 // gives every tap its whole pixel range (zero pixels beside each dy row), so a kernel needs no masks; taps
-// in list order, then chunks, keep the sum order fixed.
+// in list order, then chunks, keep the sum order fixed. Split fp16 and HF32 values take their own tiles
+// (split_tile_kernel): 32 pixels x one vector, dy's and the filter's his and los as separate operands.
 #include <immintrin.h>
 
 #include <cstdint>
