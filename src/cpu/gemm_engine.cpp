@@ -589,7 +589,12 @@ class GemmEngine final : public EngineImpl {
     std::uint16_t* const hi = parts.data();
     std::uint16_t* const lo = hi + 2 * cbw;
     bool special = false;
+    const bool prefetch = by_run || by_slab;  // runs prefetch_channel knows
+    for (std::int64_t co = 0; co < kPrefetchChannels && prefetch; ++co)
+      prefetch_channel(filter, g, b, co, valid);
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
+      for (std::int64_t c = co + kPrefetchChannels; c < co + kPrefetchChannels + 2 && prefetch; ++c)
+        prefetch_channel(filter, g, b, c, valid);
       const std::int64_t pair_at = (co / 32 * 64 + co % 32) * cbw;  // the pair's row of his
       const std::int64_t channels = std::min<std::int64_t>(2, p_.Cout_g - co);
       if (channels == 1) std::fill(runs.begin() + cbw, runs.end(), 0.0f);  // an odd Cout_g's missing channel
