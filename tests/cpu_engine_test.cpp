@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <set>
@@ -1721,19 +1722,19 @@ void check_amx_rows_and_planes(const Case& c, const Problem& p, Instance& inst, 
 
 // AMX tiles (kernels_amx.cpp: up to 32 pixels as two row tiles of 16, two vectors of 16 input channels, the
 // reduction in chunks of 32 channels) at their edges: Cin, Cout and W phase lengths of 15, 16, 17, 31, 32,
-// 33 and 47 to 49 (three tiles); bf16, HiFloat8 and FP8 E4M3FN inputs widened to bf16; both data formats;
-// strides 1 and 2; tiles along rows and over flat planes (rows padded to the dy row width), which sum in the
-// same order: the same bits for both and for 1 and 2 threads.
-TEST(CpuAmx, TileEdges) {
-  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
-  std::mt19937_64 rng(131);
+// 33 and 47 to 49 (three tiles); here bf16, HiFloat8 and FP8 E4M3FN inputs widened to bf16; both data
+// formats; strides 1 and 2; tiles along rows and over flat planes (rows padded to the dy row width), which
+// sum in the same order: the same bits for both and for 1 and 2 threads. The dtypes take turns case by case.
+void check_amx_tile_edges(std::initializer_list<DType> dtypes, bool hf32, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
   const std::int64_t edges[] = {15, 16, 17, 31, 32, 33};
-  const DType dtypes[] = {DType::bf16, DType::hif8, DType::fp8_e4m3fn};
+  const std::size_t ntypes = dtypes.size();
   int k = 0;
   for (std::int64_t cin : edges)
     for (std::int64_t cout : edges)
       for (std::int64_t s : {1, 2}) {
-        Case c = with_dtype(Case{}, dtypes[k % 3]);
+        Case c = with_dtype(Case{}, dtypes.begin()[static_cast<std::size_t>(k) % ntypes]);
+        c.hf32 = hf32;
         c.data_format = kDataFormats[k % 2];
         c.filter_format = kFilterFormats[k % 3];
         c.Cin = cin;
@@ -1749,6 +1750,19 @@ TEST(CpuAmx, TileEdges) {
         check_amx_rows_and_planes(c, validate(inst.spec), inst, fill);
         if (::testing::Test::HasFatalFailure()) return;
       }
+}
+
+TEST(CpuAmx, TileEdges) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  check_amx_tile_edges({DType::bf16, DType::hif8, DType::fp8_e4m3fn}, false, 131);
+}
+
+// The split tiles (32 pixels x 16 channels, chunks of 32 output channels as his then los) at the same
+// edges: fp16 and HF32 inputs.
+TEST(CpuAmx, SplitTileEdges) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  check_amx_tile_edges({DType::f16}, false, 157);
+  check_amx_tile_edges({DType::f32}, true, 163);
 }
 
 // Few output channels on AMX: each phase's fused W taps side by side in one reduction, tap by tap padded to
