@@ -1260,7 +1260,8 @@ class GemmEngine final : public EngineImpl {
   // pixels (jh, jw), jw < flat_width_, form region pixel jh * flat_width_ + jw, which reads dy at that many
   // converted pixels past the tap's offset: one tap list serves the whole region, and AMX tiles run over it
   // in steps of up to kAmxMaxM pixels. Blocks that need the exact kernels run them row by row (W borders
-  // by lo/hi) into the same places. Then the region pixels with jw < the phase's count are stored.
+  // by lo/hi) into the same places. The region pixels with jw < the phase's count are stored: into a y
+  // with contiguous channels after each tile, else row by row after the plane.
   void run_flat_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch,
                      const char* wblock) const {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), gb = t / tasks_per_block_,
