@@ -2455,6 +2455,20 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
         const std::size_t k = static_cast<std::size_t>(i);
         ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << len << " at " << i;
       }
+      if (ks.widen8_pairs == nullptr || len > 300) continue;
+      // Pairs from two runs (the second 300 codes on), or from one with zeros beside it.
+      for (bool second : {true, false}) {
+        std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len + 3), 0xAAAA);
+        ks.widen8_pairs(src.data(), second ? src.data() + 300 : nullptr, lut.data(), pairs.data(), len);
+        for (std::int64_t i = 0; i < 2 * len + 3; ++i) {
+          const std::size_t k = static_cast<std::size_t>(i / 2);
+          const std::uint16_t want = i >= 2 * len ? 0xAAAA
+                                     : i % 2 == 0 ? lut[src[k]]
+                                     : second     ? lut[src[k + 300]]
+                                                  : 0;
+          ASSERT_EQ(pairs[static_cast<std::size_t>(i)], want) << len << " pairs at " << i << ", " << second;
+        }
+      }
     }
   }
   if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has vector 8-bit kernels";

@@ -774,16 +774,24 @@ class GemmEngine final : public EngineImpl {
       const Src* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
       const Src* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
       std::uint16_t* dst_co = dst + co * cbw;  // pair co / 2: cbw units of two bf16
+      // Two runs of n from p0 and p1 (or zeros) as channel pairs into out: 8-bit codes widened and paired
+      // by one kernel where the set has it.
+      const auto pairs = [&](const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out) {
+        if constexpr (!std::is_same_v<Src, std::uint16_t>) {
+          if (ks_.widen8_pairs != nullptr) {
+            ks_.widen8_pairs(p0, p1, w_reader_.bf16_table(), out, n);
+            return;
+          }
+        }
+        ks_.interleave_bf16(as_bf16(p0, n, wide0), as_bf16(p1, n, wide1), out, n);
+      };
       if (s[1] == 1) {
         for (std::int64_t t = 0; t < taps_; ++t) {
           const std::int64_t at = tap_src_[static_cast<std::size_t>(t)];
-          ks_.interleave_bf16(as_bf16(src0 + at, valid, wide0),
-                              as_bf16(src1 ? src1 + at : nullptr, valid, wide1),
-                              dst_co + tap_pos(t) * tap_step, valid);
+          pairs(src0 + at, src1 ? src1 + at : nullptr, valid, dst_co + tap_pos(t) * tap_step);
         }
       } else if (ncdhw) {
-        ks_.interleave_bf16(as_bf16(src0, valid * taps_, wide0), as_bf16(src1, valid * taps_, wide1),
-                            reinterpret_cast<std::uint16_t*>(units.data()), valid * taps_);
+        pairs(src0, src1, valid * taps_, reinterpret_cast<std::uint16_t*>(units.data()));
         ks_.store_transposed(units.data(), false, taps_, valid, taps_, transposed.data(), StoreType::f32, cbw,
                              false);
         for (std::int64_t t = 0; t < taps_; ++t)

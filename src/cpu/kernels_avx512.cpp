@@ -426,19 +426,45 @@ void round_hf32(const float* src, float* dst, std::int64_t n) {
 
 // 32 codes at a time: four two-register word permutes cover the 256 table entries by the low 6 bits of the
 // code; bits 6 and 7 pick among them.
-void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst, std::int64_t n) {
+struct Lut8 {
   __m512i t[8];
-  for (int k = 0; k < 8; ++k) t[k] = _mm512_loadu_si512(lut + 32 * k);
-  for (std::int64_t i = 0; i < n; i += 32) {
-    const __mmask32 m = tail32(n - i);
-    const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + i));
+  explicit Lut8(const std::uint16_t* lut) {
+    for (int k = 0; k < 8; ++k) t[k] = _mm512_loadu_si512(lut + 32 * k);
+  }
+  // 32 codes (as 16-bit lanes) to their table entries.
+  CONV3D_DX_INLINE __m512i operator()(__m512i idx) const {
     const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
     const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x80));
     const __m512i lo = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[0], idx, t[1]),
                                                _mm512_permutex2var_epi16(t[2], idx, t[3]));
     const __m512i hi = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[4], idx, t[5]),
                                                _mm512_permutex2var_epi16(t[6], idx, t[7]));
-    _mm512_mask_storeu_epi16(dst + i, m, _mm512_mask_blend_epi16(b7, lo, hi));
+    return _mm512_mask_blend_epi16(b7, lo, hi);
+  }
+};
+
+void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst, std::int64_t n) {
+  const Lut8 table(lut);
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const __mmask32 m = tail32(n - i);
+    _mm512_mask_storeu_epi16(dst + i, m, table(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + i))));
+  }
+}
+
+// widen8 of two runs into channel pairs: out[2 i] = lut[a[i]], out[2 i + 1] = lut[b[i]] (0 when b is null),
+// 16 pairs at a time (the codes interleaved as bytes, then widened together).
+void widen8_pairs(const std::uint8_t* a, const std::uint8_t* b, const std::uint16_t* lut, std::uint16_t* out,
+                  std::int64_t n) {
+  const Lut8 table(lut);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail16(n - i);
+    const __m128i va = _mm_maskz_loadu_epi8(m, a + i);
+    const __m128i vb = b == nullptr ? _mm_setzero_si128() : _mm_maskz_loadu_epi8(m, b + i);
+    const __m256i codes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(va, vb)),
+                                                  _mm_unpackhi_epi8(va, vb), 1);
+    __m512i wide = table(_mm512_cvtepu8_epi16(codes));
+    if (b == nullptr) wide = _mm512_maskz_mov_epi16(0x55555555u, wide);
+    _mm512_mask_storeu_epi32(out + 2 * i, m, wide);
   }
 }
 
@@ -717,6 +743,7 @@ const KernelSet& avx512_kernels() {
     s.to_hif8 = &to_hif8;
     s.to_fp8_e4m3fn = &to_8bit<fp8_e4m3fn_codes>;
     s.widen8 = &widen8;
+    s.widen8_pairs = &widen8_pairs;
     s.bf16_to_f32 = &bf16_to_f32;
     s.fp16_to_f32 = &fp16_to_f32;
     s.round_hf32 = &round_hf32;
