@@ -1876,25 +1876,30 @@ TEST(CpuAmx, UnreachedFlatRegionsAreZero) {
       }
 }
 
-// fp16 inputs on AMX tiles, each value split into bf16 hi + lo (four exact products per multiply-add):
-// fp16 inputs, and fp32 and bf16 inputs rounded to fp16 (values not exact in fp16 planted); both data
-// formats and every filter format; strides 1 and 2; channel counts across a 32-element chunk; tiles along
-// rows and over flat planes, 1 and 2 threads, the same bits; then an infinity or a NaN in dy or in the filter
-// beside the W borders (where AMX tiles multiply zero halo pixels), element for element against the
-// reference.
-TEST(CpuAmx, Fp16SplitMatchesReference) {
+// fp16 and HF32 inputs on AMX tiles, each value split into bf16 hi + lo (four exact products per
+// multiply-add): fp16 inputs, fp32 and bf16 inputs rounded to fp16 and fp32 inputs rounded to HF32 (values
+// the rounding changes planted); both data formats and every filter format; strides 1 and 2; one 32-channel
+// chunk part-filled or two; tiles along rows and over flat planes, 1 and 2 threads, the same bits; then an
+// infinity or a NaN in dy or in the filter beside the W borders (where AMX tiles multiply zero halo pixels),
+// element for element against the reference.
+TEST(CpuAmx, SplitMatchesReference) {
   if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
   std::mt19937_64 rng(139);
   int k = 0;
+  const std::pair<DType, InputRounding> inputs[] = {{DType::f16, InputRounding::none},
+                                                    {DType::f32, InputRounding::fp16},
+                                                    {DType::bf16, InputRounding::fp16},
+                                                    {DType::f32, InputRounding::hf32}};
   for (Layout fmt : kDataFormats)
-    for (DType dtype : {DType::f16, DType::f32, DType::bf16})
+    for (const auto& [dtype, rounding] : inputs)
       for (std::int64_t s : {1, 2}) {
         Case c = with_dtype(Case{}, dtype);
+        c.hf32 = rounding == InputRounding::hf32;
         c.data_format = fmt;
         c.filter_format = kFilterFormats[k % 3];
-        c.y_dtype = k % 2 == 0 ? DType::f32 : dtype;
+        c.y_dtype = k % 2 == 0 || c.hf32 ? DType::f32 : dtype;
         c.Cin = k % 3 == 0 ? 17 : 40;
-        c.Cout = k % 2 == 0 ? 7 : 20;  // 28 or 80 split elements: within and across 32-element chunks
+        c.Cout = k % 2 == 0 ? 7 : 40;
         c.in = {2, 4, s * 19};
         c.stride = {1, s, s};
         c.pad_front = {1, 1, 1};
@@ -1902,10 +1907,12 @@ TEST(CpuAmx, Fp16SplitMatchesReference) {
         ++k;
         for (Fill fill : {Fill::small_integers, Fill::random}) {
           Instance inst = instantiate(c, rng, fill);
-          if (dtype != DType::f16) inst.spec.input_rounding = InputRounding::fp16;
-          if (dtype != DType::f16 && fill == Fill::random) {
+          if (rounding == InputRounding::fp16) inst.spec.input_rounding = InputRounding::fp16;
+          if (rounding != InputRounding::none && fill == Fill::random) {
             if (dtype == DType::bf16)
               static_cast<std::uint16_t*>(inst.dy.view.data)[0] = 0x3581;  // rounds to 2^-20 in fp16
+            else if (c.hf32)
+              static_cast<float*>(inst.dy.view.data)[0] = 1.0f + 0x1p-11f;  // rounds up in HF32
             else
               static_cast<float*>(inst.dy.view.data)[0] = 1.0f + 0x1p-12f;  // rounds to 1 in fp16
           }
@@ -1984,34 +1991,6 @@ TEST(CpuAmx, SplitRunsWhereItPays) {
     pointwise.stride = {2, 2, 2};
     EXPECT_TRUE(runs(pointwise, hf32)) << hf32;
   }
-}
-
-// HF32 on AMX tiles: fp32 inputs rounded to 10 explicit mantissa bits, each value split into bf16 hi + lo
-// as fp16 values are. Both data formats and every filter format, strides 1 and 2, reductions within and
-// across 32-element chunks, rows and flat planes, 1 and 2 threads: against the reference, the same bits.
-TEST(CpuAmx, Hf32SplitMatchesReference) {
-  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
-  std::mt19937_64 rng(149);
-  int k = 0;
-  for (Layout fmt : kDataFormats)
-    for (std::int64_t s : {1, 2})
-      for (Fill fill : {Fill::small_integers, Fill::random}) {
-        Case c = with_dtype(Case{}, DType::f32);
-        c.hf32 = true;
-        c.data_format = fmt;
-        c.filter_format = kFilterFormats[k % 3];
-        c.Cin = k % 3 == 0 ? 17 : 40;
-        c.Cout = k % 2 == 0 ? 7 : 20;
-        c.in = {2, 4, s * 19};
-        c.stride = {1, s, s};
-        c.pad_front = {1, 1, 1};
-        c.pad_back = {0, 1, 2};
-        ++k;
-        Instance inst = instantiate(c, rng, fill);
-        if (fill == Fill::random) static_cast<float*>(inst.dy.view.data)[0] = 1.0f + 0x1p-11f;  // rounds up
-        check_amx_rows_and_planes(c, validate(inst.spec), inst, fill);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
 }
 
 // HF32 values AMX cannot take as bf16 parts — one with a tiny part (2^-50 + 2^-60, 2^-60, 2^-130 and 2^-136,

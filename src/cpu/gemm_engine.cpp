@@ -151,8 +151,8 @@ class GemmEngine final : public EngineImpl {
   std::string name() const override { return std::string("gemm_") + to_string(config_.isa); }
   std::string config() const override {
     return config_.describe() + (exact_fallback_
-                                     ? "; a call whose inputs hold an inf, a NaN or (HF32) a value "
-                                       "below about 2^-45 (a tiny bf16 part) runs " +
+                                     ? "; a call whose inputs hold an inf, a NaN or a value with a tiny "
+                                       "bf16 part (HF32, below about 2^-45) runs " +
                                            exact_fallback_->name() + " on unsplit values"
                                      : "");
   }
@@ -764,6 +764,17 @@ class GemmEngine final : public EngineImpl {
         return static_cast<const std::uint16_t*>(buf.data());
       }
     };
+    // Two runs of n from p0 and p1 (or zeros) as channel pairs into out: 8-bit codes widened and paired by
+    // one kernel where the set has it.
+    const auto pairs = [&](const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out) {
+      if constexpr (!std::is_same_v<Src, std::uint16_t>) {
+        if (ks_.widen8_pairs != nullptr) {
+          ks_.widen8_pairs(p0, p1, w_reader_.bf16_table(), out, n);
+          return;
+        }
+      }
+      ks_.interleave_bf16(as_bf16(p0, n, wide0), as_bf16(p1, n, wide1), out, n);
+    };
     bool special = false;
     const bool prefetch = s[1] == 1 || ncdhw;  // runs prefetch_channel knows
     for (std::int64_t co = 0; co < kPrefetchChannels && prefetch; ++co)
@@ -774,17 +785,6 @@ class GemmEngine final : public EngineImpl {
       const Src* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
       const Src* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
       std::uint16_t* dst_co = dst + co * cbw;  // pair co / 2: cbw units of two bf16
-      // Two runs of n from p0 and p1 (or zeros) as channel pairs into out: 8-bit codes widened and paired
-      // by one kernel where the set has it.
-      const auto pairs = [&](const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out) {
-        if constexpr (!std::is_same_v<Src, std::uint16_t>) {
-          if (ks_.widen8_pairs != nullptr) {
-            ks_.widen8_pairs(p0, p1, w_reader_.bf16_table(), out, n);
-            return;
-          }
-        }
-        ks_.interleave_bf16(as_bf16(p0, n, wide0), as_bf16(p1, n, wide1), out, n);
-      };
       if (s[1] == 1) {
         for (std::int64_t t = 0; t < taps_; ++t) {
           const std::int64_t at = tap_src_[static_cast<std::size_t>(t)];
@@ -1567,7 +1567,8 @@ class GemmEngine final : public EngineImpl {
   std::int64_t group_w_ = 0;  // packed elements per group
   AlignedPtr wpack_;
   std::vector<AlignedPtr> own_blocks_;  // per slot: full-width and narrow packed blocks (see own_slots)
-  // Per (group, channel block): it needs the exact kernels (a tiny bf16 value; for AMX, a non-finite one).
+  // Per (group, channel block): it needs the exact kernels (a tiny bf16 value; for AMX, a non-finite one) or,
+  // split, the exact fallback.
   std::vector<unsigned char> tiny_blocks_;
   // The AMX tile kernels of a block of nv vectors, by pixels.
   const TileFn* amx_tiles(int nv) const {
@@ -1641,9 +1642,9 @@ std::unique_ptr<GemmEngine> make_gemm_engine(const EngineRequest& request, Isa i
                 " channels per group: AMX tiles reduce over 32 at a time";
       return nullptr;
     }
-    // Split fp16 and HF32 values take four tdpbf16ps products per multiply-add (on six tile loads per eight),
-    // so AMX beats the FMA kernels where the chunks of 32 output channels are mostly full, there are 16
-    // input channels or more per group, and packing the split filter is small beside the work. Xeon with
+    // Split fp16 and HF32 values take four tdpbf16ps products per multiply-add (eight products on six tile
+    // loads), so AMX beats the FMA kernels where the chunks of 32 output channels are mostly full, there are
+    // 16 input channels or more per group, and packing the split filter is small beside the work. Xeon with
     // AMX (model 167), 2 threads, fp16, against gemm_avx512 (both layouts): suite a, vae and 3x3x3 extra
     // shapes 0.34-0.57x the time, stride 2 (b, d, k4s2, down_s2) 0.52-0.66x, unet_up and k1s2 (one tap per
     // pixel) 0.63-0.91x; e (a filter 48x dy) 0.82-1.06x, i (pointwise, 2730 output channels) 1.05-1.07x,

@@ -95,41 +95,13 @@ inline __attribute__((always_inline)) void tile_zero() {
 }
 #undef CONV3D_DX_EACH_TILE
 
-// C[r][v] += A[r] . B[v]
-template <int R, int V>
+// Tile C += tile A . tile B (tdpbf16ps). The tile numbers are fields of the instruction, hence template
+// arguments printed into it as constants (%c).
+template <int C, int A, int B>
 inline __attribute__((always_inline)) void tile_dot() {
-  if constexpr (R == 0 && V == 0)
-    _tile_dpbf16ps(0, 4, 6);
-  else if constexpr (R == 0 && V == 1)
-    _tile_dpbf16ps(1, 4, 7);
-  else if constexpr (R == 1 && V == 0)
-    _tile_dpbf16ps(2, 5, 6);
-  else
-    _tile_dpbf16ps(3, 5, 7);
-  static_assert(c_tile(1, 1) == 3 && a_tile(1) == 5 && b_tile(1) == 7, "the literals above");
-}
-
-// Split tiles: C tile Ct += tile At . tile Bt.
-template <int Ct, int At, int Bt>
-inline __attribute__((always_inline)) void split_dot() {
-  if constexpr (Ct == 0 && At == 2 && Bt == 6)
-    _tile_dpbf16ps(0, 2, 6);
-  else if constexpr (Ct == 0 && At == 2 && Bt == 7)
-    _tile_dpbf16ps(0, 2, 7);
-  else if constexpr (Ct == 0 && At == 3 && Bt == 6)
-    _tile_dpbf16ps(0, 3, 6);
-  else if constexpr (Ct == 0 && At == 3 && Bt == 7)
-    _tile_dpbf16ps(0, 3, 7);
-  else if constexpr (Ct == 1 && At == 4 && Bt == 6)
-    _tile_dpbf16ps(1, 4, 6);
-  else if constexpr (Ct == 1 && At == 4 && Bt == 7)
-    _tile_dpbf16ps(1, 4, 7);
-  else if constexpr (Ct == 1 && At == 5 && Bt == 6)
-    _tile_dpbf16ps(1, 5, 6);
-  else {
-    static_assert(Ct == 1 && At == 5 && Bt == 7);
-    _tile_dpbf16ps(1, 5, 7);
-  }
+  static_assert(C >= 0 && C < 8 && A >= 0 && A < 8 && B >= 0 && B < 8);
+  __asm__ volatile("{tdpbf16ps\t%%tmm%c2, %%tmm%c1, %%tmm%c0|tdpbf16ps\ttmm%c0, tmm%c1, tmm%c2}" ::"i"(C),
+                   "i"(A), "i"(B));
 }
 
 // The shape loaded in this thread's tile registers (0: none), so consecutive tiles of one shape configure
@@ -199,7 +171,7 @@ void tile_kernel(const TileArgs& a) {
         constexpr int r = decltype(rc)::value;
         static_for<0, NV>([&](auto vc) {
           constexpr int v = decltype(vc)::value;
-          tile_dot<r, v>();
+          tile_dot<c_tile(r, v), a_tile(r), b_tile(v)>();
         });
       });
     }
@@ -262,10 +234,10 @@ void split_tile_kernel(const TileArgs& a) {
       tile_load<7>(w + 1024, 64);
       static_for<0, R>([&](auto rc) {
         constexpr int r = decltype(rc)::value;
-        split_dot<r, 2 + 2 * r, 6>();
-        split_dot<r, 2 + 2 * r, 7>();
-        split_dot<r, 3 + 2 * r, 6>();
-        split_dot<r, 3 + 2 * r, 7>();
+        tile_dot<r, 2 + 2 * r, 6>();
+        tile_dot<r, 2 + 2 * r, 7>();
+        tile_dot<r, 3 + 2 * r, 6>();
+        tile_dot<r, 3 + 2 * r, 7>();
       });
     }
   }
