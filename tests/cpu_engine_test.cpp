@@ -2384,8 +2384,9 @@ TEST(CpuKernels, Hf32SplitIntoBf16IsExactOrTiny) {
 }
 
 // The vector 8-bit encoders against numeric's scalar ones: every bf16-like pattern (the top 16 bits) with low
-// halves at and around the half-way points, where ties-away (HiFloat8) and ties-to-even (FP8) differ; both
-// overflow modes; lengths that end inside a vector. And the table widening of 8-bit codes on every code.
+// halves at and around the half-way points, where ties-away (HiFloat8) and ties-to-even (FP8) differ, and
+// where a low half alone makes a NaN; both overflow modes; lengths that end inside a vector (of 16 or 32
+// values) and after whole ones. And the table widening of 8-bit codes on every code.
 TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
   std::vector<float> values;
   for (std::uint32_t hi = 0; hi < 0x10000u; ++hi)
@@ -2407,7 +2408,9 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
       if (vector == nullptr) continue;
       ++sets_checked;
       for (bool saturate : {false, true})
-        for (std::int64_t len : {n, std::int64_t{1}, std::int64_t{15}, std::int64_t{16}, std::int64_t{17}}) {
+        for (std::int64_t len :
+             {n, n - 1, std::int64_t{1}, std::int64_t{15}, std::int64_t{16}, std::int64_t{17},
+              std::int64_t{31}, std::int64_t{32}, std::int64_t{33}, std::int64_t{65}}) {
           std::vector<std::uint8_t> codes(static_cast<std::size_t>(len + 5), 0xAA);
           vector(values.data(), codes.data(), len, saturate);
           for (std::int64_t i = 0; i < len + 5; ++i) {
