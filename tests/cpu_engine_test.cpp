@@ -2438,10 +2438,12 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
         ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << len << " at " << i;
       }
       if (ks.widen8_pairs == nullptr || len > 300) continue;
-      // Pairs from two runs (the second 300 codes on), or from one with zeros beside it.
+      // Pairs from two runs (the second 300 codes on), or from one with zeros beside it; the special values
+      // reported as the scans would find them.
       for (bool second : {true, false}) {
         std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len + 3), 0xAAAA);
-        ks.widen8_pairs(src.data(), second ? src.data() + 300 : nullptr, lut.data(), pairs.data(), len);
+        const bool special = ks.widen8_pairs(src.data(), second ? src.data() + 300 : nullptr, lut.data(),
+                                             pairs.data(), len, true);
         for (std::int64_t i = 0; i < 2 * len + 3; ++i) {
           const std::size_t k = static_cast<std::size_t>(i / 2);
           const std::uint16_t want = i >= 2 * len ? 0xAAAA
@@ -2450,7 +2452,34 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
                                                   : 0;
           ASSERT_EQ(pairs[static_cast<std::size_t>(i)], want) << len << " pairs at " << i << ", " << second;
         }
+        const auto n2 = static_cast<std::int64_t>(2 * len);
+        EXPECT_EQ(special, ks.any_tiny_bf16(pairs.data(), n2) || ks.any_nonfinite_bf16(pairs.data(), n2));
       }
+    }
+    // The report alone: a table of ordinary values but for one tiny (code 7) and one infinite (code 9), and
+    // runs of ordinary codes with one of those planted at each end of either run.
+    if (ks.widen8_pairs == nullptr) continue;
+    std::vector<std::uint16_t> clean(256);
+    for (std::size_t c = 0; c < clean.size(); ++c) clean[c] = static_cast<std::uint16_t>(0x3F80 + c);
+    clean[7] = 0x0001;
+    clean[9] = 0xFF80;
+    for (std::int64_t len : {1, 16, 17, 40}) {
+      std::vector<std::uint8_t> a(static_cast<std::size_t>(len), 3), b(a);
+      std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len));
+      for (bool nonfinite : {false, true})
+        EXPECT_FALSE(ks.widen8_pairs(a.data(), b.data(), clean.data(), pairs.data(), len, nonfinite));
+      for (std::uint8_t code : {std::uint8_t{7}, std::uint8_t{9}})
+        for (auto* run : {&a, &b})
+          for (std::int64_t at : {std::int64_t{0}, len - 1}) {
+            std::vector<std::uint8_t> planted = *run;
+            planted[static_cast<std::size_t>(at)] = code;
+            const std::uint8_t* pa = run == &a ? planted.data() : a.data();
+            const std::uint8_t* pb = run == &b ? planted.data() : b.data();
+            for (bool nonfinite : {false, true})
+              EXPECT_EQ(ks.widen8_pairs(pa, pb, clean.data(), pairs.data(), len, nonfinite),
+                        code == 7 || nonfinite)
+                  << "code " << int{code} << " at " << at << " of " << len << ", nonfinite " << nonfinite;
+          }
     }
   }
   if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has vector 8-bit kernels";

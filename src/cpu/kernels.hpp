@@ -183,9 +183,10 @@ struct KernelSet {
   void (*widen8)(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst,
                  std::int64_t n) = nullptr;
   // widen8 of two runs into bf16 channel pairs: out[2 i] = lut[a[i]], out[2 i + 1] = lut[b[i]] (0 when b is
-  // null), i < n. Null where the ISA has none.
-  void (*widen8_pairs)(const std::uint8_t* a, const std::uint8_t* b, const std::uint16_t* lut,
-                       std::uint16_t* out, std::int64_t n) = nullptr;
+  // null), i < n; whether any value is tiny (as any_tiny_bf16) or, with nonfinite, not finite. Null where
+  // the ISA has none.
+  bool (*widen8_pairs)(const std::uint8_t* a, const std::uint8_t* b, const std::uint16_t* lut,
+                       std::uint16_t* out, std::int64_t n, bool nonfinite) = nullptr;
   // bf16 and fp16 codes -> fp32 (exact), n values. Null where the ISA has none.
   void (*bf16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
   void (*fp16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;

@@ -456,6 +456,14 @@ void round_hf32(const float* src, float* dst, std::int64_t n) {
   }
 }
 
+// The lanes of m whose bf16 value is tiny (tiny_bf16): (|v| - 1) < 0x237F unsigned, nonzero and below 2^-56;
+// zero wraps to 0xFFFF.
+CONV3D_DX_INLINE __mmask32 tiny_lanes(__m512i v, __mmask32 m) {
+  return _mm512_mask_cmplt_epu16_mask(
+      m, _mm512_sub_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x7FFF)), _mm512_set1_epi16(1)),
+      _mm512_set1_epi16(0x237F));
+}
+
 // 32 codes at a time: four two-register word permutes cover the 256 table entries by the low 6 bits of the
 // code; bits 6 and 7 pick among them.
 struct Lut8 {
@@ -484,10 +492,13 @@ void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* ds
 }
 
 // widen8 of two runs into channel pairs: out[2 i] = lut[a[i]], out[2 i + 1] = lut[b[i]] (0 when b is null),
-// 16 pairs at a time (the codes interleaved as bytes, then widened together).
-void widen8_pairs(const std::uint8_t* a, const std::uint8_t* b, const std::uint16_t* lut, std::uint16_t* out,
-                  std::int64_t n) {
+// 16 pairs at a time (the codes interleaved as bytes, then widened together); whether a value is tiny or,
+// with nonfinite, not finite.
+bool widen8_pairs(const std::uint8_t* a, const std::uint8_t* b, const std::uint16_t* lut, std::uint16_t* out,
+                  std::int64_t n, bool nonfinite) {
   const Lut8 table(lut);
+  const __m512i exponent = _mm512_set1_epi16(0x7F80);
+  __mmask32 special = 0;
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail16(n - i);
     const __m128i va = _mm_maskz_loadu_epi8(m, a + i);
@@ -497,7 +508,11 @@ void widen8_pairs(const std::uint8_t* a, const std::uint8_t* b, const std::uint1
     __m512i wide = table(_mm512_cvtepu8_epi16(codes));
     if (b == nullptr) wide = _mm512_maskz_mov_epi16(0x55555555u, wide);
     _mm512_mask_storeu_epi32(out + 2 * i, m, wide);
+    const __mmask32 lanes = tail32(2 * (n - i));
+    special |= tiny_lanes(wide, lanes);
+    if (nonfinite) special |= _mm512_mask_cmpeq_epi16_mask(lanes, _mm512_and_si512(wide, exponent), exponent);
   }
+  return special != 0;
 }
 
 // 16 x 16 transpose in four stages of block swaps (blocks of 8, 4, 2, 1 lanes).
@@ -674,14 +689,6 @@ bool split_bf16(const float* src, std::int64_t n, std::uint16_t* hi, std::uint16
     _mm512_mask_cvtepi32_storeu_epi16(lo + i, m, _mm512_maskz_srli_epi32(0xFFFF, lo_bits, 16));
   }
   return any != 0;
-}
-
-// The lanes of m whose bf16 value is tiny (tiny_bf16): (|v| - 1) < 0x237F unsigned, nonzero and below 2^-56;
-// zero wraps to 0xFFFF.
-CONV3D_DX_INLINE __mmask32 tiny_lanes(__m512i v, __mmask32 m) {
-  return _mm512_mask_cmplt_epu16_mask(
-      m, _mm512_sub_epi16(_mm512_and_si512(v, _mm512_set1_epi16(0x7FFF)), _mm512_set1_epi16(1)),
-      _mm512_set1_epi16(0x237F));
 }
 
 bool any_tiny_bf16(const std::uint16_t* p, std::int64_t n) {
