@@ -1020,8 +1020,9 @@ TEST_P(CpuPixel, DepthwiseAndGroupedBlocks) {
   expect_counts(16);  // fp32 and fp16: 2 channel counts x 2 strides x 2 cases
 }
 
-// 8-bit channel-last y: a tile row's channels are encoded pixel-major and written a pixel at a time, in full
-// and partial blocks of groups (37 groups of 1 or 2 channels), W phases of stride 1 and 2, short last tiles.
+// 8-bit channel-last y: a tile row's channels transposed and encoded by the transposing store, a pixel's
+// channels at a time, in full and partial blocks of groups (37 groups of 1 or 2 channels), W phases of stride
+// 1 and 2, short last tiles.
 TEST_P(CpuPixel, EightBitChannelLastYByPixel) {
   std::mt19937_64 rng(131);
   for (DType t : {DType::hif8, DType::fp8_e4m3fn})
@@ -2089,7 +2090,7 @@ TEST(CpuBf16, TinyDetectionIsPerPackAndPerCall) {
 
 // The vector output encoders agree bit for bit with numeric's scalar ones (ties, subnormals, overflow, inf,
 // NaN, both overflow modes, every tail length), and the transposing store moves every element once (fp32
-// through non-temporal stores too).
+// through non-temporal stores too), encoding as they do (16-bit and 8-bit y).
 TEST(CpuKernels, VectorEncodersMatchNumeric) {
   std::mt19937_64 rng(107);
   std::vector<float> values;
@@ -2215,6 +2216,14 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
         ks.store_transposed(a.data(), false, nc + 3, nr, nc, yh.data(), cpu::StoreType::fp16, nr + 2, false);
         ks.store_transposed(a.data(), false, nc + 3, nr, nc, yh_sat.data(), cpu::StoreType::fp16, nr + 2,
                             true);
+        // 8-bit y: [HiFloat8, FP8][plain, saturating].
+        std::vector<std::uint8_t> y8[2][2];
+        for (int f = 0; f < 2; ++f)
+          for (int sat = 0; sat < 2; ++sat) {
+            y8[f][sat].assign(yf.size(), 0xAA);
+            ks.store_transposed(a.data(), false, nc + 3, nr, nc, y8[f][sat].data(),
+                                f == 0 ? cpu::StoreType::hif8 : cpu::StoreType::fp8_e4m3fn, nr + 2, sat == 1);
+          }
         for (std::int64_t c = 0; c < nc; ++c)
           for (std::int64_t r = 0; r < nr + 2; ++r) {
             const auto at = static_cast<std::size_t>(c * (nr + 2) + r);
@@ -2223,6 +2232,12 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
             ASSERT_EQ(yb[at], r < nr ? numeric::f32_to_bf16(want, true) : 0xAAAA);
             ASSERT_EQ(yh[at], r < nr ? numeric::f32_to_fp16(want, false) : 0xAAAA) << want;
             ASSERT_EQ(yh_sat[at], r < nr ? numeric::f32_to_fp16(want, true) : 0xAAAA) << want;
+            for (bool sat : {false, true}) {
+              ASSERT_EQ(y8[0][sat][at], r < nr ? numeric::f32_to_hif8(want, sat) : 0xAA)
+                  << want << " " << sat;
+              ASSERT_EQ(y8[1][sat][at], r < nr ? numeric::f32_to_fp8_e4m3fn(want, sat) : 0xAA)
+                  << want << " " << sat;
+            }
           }
         // bf16 input (the top halves of the same values), widened exactly on the way.
         std::vector<std::uint16_t> ab(a.size());

@@ -12,7 +12,7 @@ namespace conv3d_dx::cpu {
 // The element type store_transposed writes. f32_uncached: fp32 whose runs of whole 64-byte lines skip the
 // caches (non-temporal stores, AVX-512; elsewhere plain stores); the caller runs _mm_sfence before other
 // threads read them.
-enum class StoreType : std::uint8_t { f32, f32_uncached, bf16, fp16 };
+enum class StoreType : std::uint8_t { f32, f32_uncached, bf16, fp16, hif8, fp8_e4m3fn };
 
 // Reduction step s < k of tap t for pixel p of the tile reads dy[dy_off + p * dy_ps + s * dy_cs] (one fp32
 // value, or a bf16 pair of channels, then dy_cs is 2); only pixels in [lo, hi) have that tap inside dy, and
@@ -147,7 +147,8 @@ struct KernelSet {
   // Whether any of n bf16 values is an infinity or a NaN. Null where the ISA has none.
   bool (*any_nonfinite_bf16)(const std::uint16_t* p, std::int64_t n) = nullptr;
   // y[c * y_cs + r] = a[r * a_rs + c] for r < nr, c < nc: a transposing store. a is fp32 or bf16 (a_bf16),
-  // y fp32, or bf16 or fp16 rounded as to_bf16 or to_fp16 do. Null where the ISA has none.
+  // y fp32, or bf16, fp16, HiFloat8 or FP8 E4M3FN encoded as to_bf16, to_fp16, to_hif8 or to_fp8_e4m3fn
+  // do. Null where the ISA has none.
   void (*store_transposed)(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
                            void* y, StoreType y_type, std::int64_t y_cs, bool saturate) = nullptr;
   // Whether store_transposed writes StoreType::f32_uncached's whole lines past the caches (AVX-512); where

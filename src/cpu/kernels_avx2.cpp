@@ -282,10 +282,10 @@ CONV3D_DX_INLINE void transpose8(__m256 (&r)[8]) {
   }
 }
 
-// The transposing store of KernelSet, in blocks of 8 x 8. 16-bit y goes through to_bf16 or to_fp16, so its
-// rounding (NaNs included) is theirs. Masked loads and stores (vmaskmovps) only for the tails: they cost
-// more than plain ones (Zen 3, suite i NCDHW, whose dy panels this transposes: 24 % of the samples with
-// masks throughout, 16 % without).
+// The transposing store of KernelSet, in blocks of 8 x 8. 16-bit and 8-bit y go through this set's encoders
+// (to_bf16, to_fp16, to_hif8, to_fp8_e4m3fn), so their rounding (NaNs included) is theirs. Masked loads and
+// stores (vmaskmovps) only for the tails: they cost more than plain ones (Zen 3, suite i NCDHW, whose dy
+// panels this transposes: 24 % of the samples with masks throughout, 16 % without).
 void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
                       void* y, StoreType y_type, std::int64_t y_cs, bool saturate) {
   for (std::int64_t r0 = 0; r0 < nr; r0 += 8) {
@@ -323,6 +323,14 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
         }
         alignas(32) float v[8];
         _mm256_store_ps(v, t[c]);
+        if (y_type == StoreType::hif8 || y_type == StoreType::fp8_e4m3fn) {
+          auto* out = static_cast<std::uint8_t*>(y) + at;
+          if (y_type == StoreType::hif8)
+            to_hif8(v, out, rn, saturate);
+          else
+            to_fp8_e4m3fn(v, out, rn, saturate);
+          continue;
+        }
         auto* out = static_cast<std::uint16_t*>(y) + at;
         if (y_type == StoreType::bf16)
           to_bf16(v, out, rn, saturate);

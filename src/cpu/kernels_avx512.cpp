@@ -343,7 +343,8 @@ CONV3D_DX_INLINE void encode8(const float* src, std::uint8_t* dst, std::int64_t 
 // unclamped (below -15 the lookup wraps and its result is replaced by k). Magnitudes are clamped at 40960
 // (ties away past 32768), which rounds to inf's code; the sign, the tiny values and NaN are applied around
 // it.
-void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+// The codes of a pair of vectors, as a function of (lo, hi) holding its tables in registers.
+CONV3D_DX_INLINE auto hif8_codes(bool saturate) {
   struct Tables {
     // By (E + 127) mod 32: the mantissa bits kept, the code of 2^E.
     alignas(64) std::array<std::int16_t, 32> kept{}, code{};
@@ -361,7 +362,7 @@ void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate)
                 code_of = _mm512_load_si512(tables.code.data());
   const __m512i one = _mm512_set1_epi16(1), sign_bit = _mm512_set1_epi16(0x80), inf = _mm512_set1_epi16(0x6F);
   const __m512i nan = saturate ? _mm512_setzero_si512() : sign_bit;
-  encode8(src, dst, n, [&](__m512 lo, __m512 hi) {
+  return [=](__m512 lo, __m512 hi) {
     const __m512i h = top_halves(lo, hi), whole = _mm512_and_si512(h, _mm512_set1_epi16(0x7FFF));
     const __m512i a = _mm512_min_epu16(whole, _mm512_set1_epi16(0x4720));
     const __m512i e = _mm512_max_epi16(_mm512_srli_epi16(a, 7), _mm512_set1_epi16(127 - 16));
@@ -388,19 +389,24 @@ void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate)
           _mm512_kunpackw(_mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q), _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q)),
           nan);
     return code;
-  });
+  };
+}
+
+void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+  encode8(src, dst, n, hif8_codes(saturate));
 }
 
 // f32_to_fp8_e4m3fn on 32 lanes: normals (from 2^-6) round to nearest even on the top half's bit 4 (3
 // mantissa bits kept) and are rebiased; subnormals count units of 2^-9, which adding 2^14 to the magnitude
 // (whose last bit is worth 2^-9 there) rounds to nearest even, in fp32, leaving the count in the sum's low
 // bits (8 units is the smallest normal's code).
-void to_fp8_e4m3fn(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+// The codes of a pair of vectors, as a function of (lo, hi).
+CONV3D_DX_INLINE auto fp8_e4m3fn_codes(bool saturate) {
   const __m512i one = _mm512_set1_epi16(1);
   const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF)),
                units_at = _mm512_set1_ps(0x1p14f);
   const __m512i over = _mm512_set1_epi16(saturate ? 0x7E : 0x7F);
-  encode8(src, dst, n, [&](__m512 lo, __m512 hi) {
+  return [=](__m512 lo, __m512 hi) {
     // The top halves with bit 0 set where the low half is not zero.
     const __m512i h = _mm512_or_si512(top_halves(lo, hi), _mm512_min_epu16(low_halves(lo, hi), one));
     const __m512i a = _mm512_and_si512(h, _mm512_set1_epi16(0x7FFF));
@@ -419,7 +425,11 @@ void to_fp8_e4m3fn(const float* src, std::uint8_t* dst, std::int64_t n, bool sat
     // Saturating, NaN is +0.
     if (saturate) code = _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a, _mm512_set1_epi16(0x7F80)), code);
     return code;
-  });
+  };
+}
+
+void to_fp8_e4m3fn(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+  encode8(src, dst, n, fp8_e4m3fn_codes(saturate));
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -540,11 +550,13 @@ CONV3D_DX_INLINE void transpose16(__m512 (&r)[16]) {
   });
 }
 
-void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
-                      void* y, StoreType y_type, std::int64_t y_cs, bool saturate) {
+// a (nr x nc, fp32 or bf16) in blocks of 16 x 16, each transposed: store(t, r0, rn, c0, cn) gets t[c] =
+// column c0 + c's rows r0 .. r0 + rn (lanes from rn, and columns from cn, zero).
+template <class Store>
+CONV3D_DX_INLINE void transposed_blocks(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr,
+                                        std::int64_t nc, Store store) {
   for (std::int64_t r0 = 0; r0 < nr; r0 += 16) {
     const std::int64_t rn = std::min<std::int64_t>(16, nr - r0);
-    const __mmask16 rmask = tail16(rn);
     for (std::int64_t c0 = 0; c0 < nc; c0 += 16) {
       const std::int64_t cn = std::min<std::int64_t>(16, nc - c0);
       const __mmask16 cmask = tail16(cn);
@@ -562,28 +574,57 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
         }
       });
       transpose16(t);
-      static_for<0, 16>([&](auto c) __attribute__((always_inline)) {
-        if (c >= cn) return;
-        const std::int64_t at = (c0 + c) * y_cs + r0;
-        const bool bf16 = y_type == StoreType::bf16;
-        if (y_type == StoreType::f32_uncached && rn == 16 &&
-            reinterpret_cast<std::uintptr_t>(static_cast<float*>(y) + at) % 64 == 0) {
-          _mm512_stream_ps(static_cast<float*>(y) + at, t[c]);
-        } else if (y_type == StoreType::f32 || y_type == StoreType::f32_uncached) {
-          _mm512_mask_storeu_ps(static_cast<float*>(y) + at, rmask, t[c]);
-        } else if (has_nan(t[c], rmask)) {
-          alignas(64) float v[16];
-          _mm512_store_ps(v, t[c]);
-          for (int k = 0; k < rn; ++k)
-            static_cast<std::uint16_t*>(y)[at + k] =
-                bf16 ? numeric::f32_to_bf16(v[k], saturate) : numeric::f32_to_fp16(v[k], saturate);
-        } else {
-          _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(y) + at, rmask,
-                                   bf16 ? bf16_round(t[c], saturate) : fp16_round(t[c], saturate));
-        }
-      });
+      store(t, r0, rn, c0, cn);
     }
   }
+}
+
+void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                      void* y, StoreType y_type, std::int64_t y_cs, bool saturate) {
+  // 8-bit codes: two columns at a time through the 32-lane encoders.
+  const auto encoded = [&](auto codes) {
+    transposed_blocks(
+        a, a_bf16, a_rs, nr, nc,
+        [&](const __m512(&t)[16], std::int64_t r0, std::int64_t rn, std::int64_t c0, std::int64_t cn) {
+          const __mmask16 rmask = tail16(rn);
+          auto* const out = static_cast<std::uint8_t*>(y) + c0 * y_cs + r0;
+          static_for<0, 8>([&](auto k) __attribute__((always_inline)) {
+            constexpr int c = 2 * k;
+            if (c >= cn) return;
+            const __m256i bytes = _mm512_maskz_cvtepi16_epi8(~__mmask32{0}, codes(t[c], t[c + 1]));
+            _mm_mask_storeu_epi8(out + c * y_cs, rmask, _mm256_castsi256_si128(bytes));
+            if (c + 1 < cn)
+              _mm_mask_storeu_epi8(out + (c + 1) * y_cs, rmask, _mm256_extracti128_si256(bytes, 1));
+          });
+        });
+  };
+  if (y_type == StoreType::hif8) return encoded(hif8_codes(saturate));
+  if (y_type == StoreType::fp8_e4m3fn) return encoded(fp8_e4m3fn_codes(saturate));
+  const bool bf16 = y_type == StoreType::bf16;
+  transposed_blocks(
+      a, a_bf16, a_rs, nr, nc,
+      [&](const __m512(&t)[16], std::int64_t r0, std::int64_t rn, std::int64_t c0, std::int64_t cn) {
+        const __mmask16 rmask = tail16(rn);
+        static_for<0, 16>([&](auto c) __attribute__((always_inline)) {
+          if (c >= cn) return;
+          const std::int64_t at = (c0 + c) * y_cs + r0;
+          if (y_type == StoreType::f32_uncached && rn == 16 &&
+              reinterpret_cast<std::uintptr_t>(static_cast<float*>(y) + at) % 64 == 0) {
+            _mm512_stream_ps(static_cast<float*>(y) + at, t[c]);
+          } else if (y_type == StoreType::f32 || y_type == StoreType::f32_uncached) {
+            _mm512_mask_storeu_ps(static_cast<float*>(y) + at, rmask, t[c]);
+          } else if (has_nan(t[c], rmask)) {
+            alignas(64) float v[16];
+            _mm512_store_ps(v, t[c]);
+            for (int k = 0; k < rn; ++k)
+              static_cast<std::uint16_t*>(y)[at + k] =
+                  bf16 ? numeric::f32_to_bf16(v[k], saturate) : numeric::f32_to_fp16(v[k], saturate);
+          } else {
+            _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(y) + at, rmask,
+                                     bf16 ? bf16_round(t[c], saturate) : fp16_round(t[c], saturate));
+          }
+        });
+      });
 }
 
 bool transpose_bf16_pairs(const std::uint16_t* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,

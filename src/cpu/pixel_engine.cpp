@@ -115,8 +115,7 @@ class PixelEngine final : public EngineImpl {
         saturating_mul(saturating_mul(p_.N * p_.G, k_), saturating_mul(p_.dy_size[0] * p_.dy_size[1], dy_h_));
     const std::int64_t per_thread =
         saturating_add(saturating_mul(taps, static_cast<std::int64_t>(sizeof(PixTap))),
-                       saturating_add(saturating_mul(saturating_add(tile_floats(), stage_floats()), 4),
-                                      saturating_mul(pixel_major_floats(), 4)));
+                       saturating_mul(saturating_add(tile_floats(), stage_floats()), 4));
     return {saturating_add(saturating_mul(packed_floats(), 4), tables),
             direct_dy_ ? 0 : saturating_add(saturating_mul(dy_units, 4), 64), per_thread};
   }
@@ -178,10 +177,8 @@ class PixelEngine final : public EngineImpl {
       std::vector<PixTap> taps(tap_src_.size());
       std::vector<float> tile(static_cast<std::size_t>(tile_floats()));
       std::vector<float> stage(static_cast<std::size_t>(stage_floats()));
-      std::vector<float> pixels(static_cast<std::size_t>(pixel_major_floats()));
       for (std::int64_t t = begin; t < end; ++t)
-        run_task(t, src, y, fn, taps.data(), static_cast<float*>(align64(tile.data())), stage.data(),
-                 pixels.data());
+        run_task(t, src, y, fn, taps.data(), static_cast<float*>(align64(tile.data())), stage.data());
     });
   }
 
@@ -193,14 +190,6 @@ class PixelEngine final : public EngineImpl {
   std::int64_t stage_floats() const {
     return stage_w_ ? saturating_add(saturating_mul(gblock_ * ci_ * rows_, stage_row_), p_.y_size[2]) : 0;
   }
-  // 8-bit y with contiguous channels: a tile row's values pixel-major in fp32, then their codes (run_task).
-  std::int64_t pixel_major_floats() const {
-    const std::int64_t values = gblock_ * ci_ * p_vec_ * lanes_;
-    return dtype_size(p_.y_dtype) == 1 && p_.y_strides[1] == 1 && ks_.store_transposed
-               ? values + values / 4 + 1
-               : 0;
-  }
-
   struct Group {
     std::int64_t id, ph, j0;  // D index, H phase, first row (j) of the phase
   };
@@ -340,8 +329,8 @@ class PixelEngine final : public EngineImpl {
   // shared cache lines they would then fight over). With channel-last y the block spans a vector's worth
   // of channels, so each pixel's channels are stored as one run (transposed from the tiles).
   // stage: gblock_ * ci_ * rows_ staged y rows of stage_row_ floats, then Wi more, when stage_w_.
-  void run_task(std::int64_t t, const void* dy, void* y, PixFn fn, PixTap* taps, float* tile, float* stage,
-                float* pixel_major) const {
+  void run_task(std::int64_t t, const void* dy, void* y, PixFn fn, PixTap* taps, float* tile,
+                float* stage) const {
     const std::int64_t ngroups = static_cast<std::int64_t>(groups_.size()), nblocks = ceil_div(p_.G, gblock_);
     const std::int64_t g0 = t / ngroups % nblocks * gblock_, g1 = std::min(p_.G, g0 + gblock_),
                        n = t / ngroups / nblocks;
@@ -355,10 +344,12 @@ class PixelEngine final : public EngineImpl {
                        tile_group = ci_ * rows_ * width;  // bytes, floats
     const char* w_g0 = static_cast<const char*>(wpack_.get()) + g0 * w_group;
     const auto& s = p_.y_strides;
-    const std::optional<StoreType> y_type = transposed_store_type(p_.y_dtype);
-    const bool transpose = s[1] == 1 && ks_.store_transposed && g1 - g0 > 1 && y_type;
     const std::int64_t nch = (g1 - g0) * ci_;
-    const bool by_pixel = pixel_major_floats() > 0 && nch > 1;  // 8-bit y with contiguous channels
+    // With contiguous channels in y, each pixel's are stored as one run, transposed from the tile: for a
+    // block of groups, and for the channels of one in 8-bit y (channel by channel, each byte went to another
+    // line of y: suite h channels_last, Zen 3, 1 thread: HiFloat8 y took 3.9x the time of fp32 y).
+    const bool transpose =
+        s[1] == 1 && ks_.store_transposed && (g1 - g0 > 1 || (dtype_size(p_.y_dtype) == 1 && nch > 1));
     // With a finite filter, fp32 taps read whole vectors: the lanes outside dy read its zero halos and add
     // w x 0 (those from m on are never stored).
     const bool whole = halos_ && finite_filter_;
@@ -407,29 +398,11 @@ class PixelEngine final : public EngineImpl {
               else
                 for (std::int64_t x = 0; x < m; ++x) to[iw + x * W.stride] = from[x];
             }
-          } else if (by_pixel) {
-            // 8-bit y with contiguous channels: the row's values are transposed pixel-major, encoded in one
-            // run and written a pixel's channels at a time (channel by channel, each byte went to another
-            // line of y: suite h channels_last, Zen 3, 1 thread: HiFloat8 y took 3.9x the time of fp32 y).
-            auto* const codes = reinterpret_cast<std::uint8_t*>(pixel_major + nch * m);
-            ks_.store_transposed(tile + r * width, false, rows_ * width, nch, m, pixel_major, StoreType::f32,
-                                 nch, false);
-            store_run(p_, ks_, pixel_major, 1, codes, 0, 1, nch * m);
-            auto* const out = static_cast<std::uint8_t*>(y) + at;
-            const auto copy = [&](auto bytes) {  // a constant size: one move per pixel, not a call
-              for (std::int64_t x = 0; x < m; ++x) std::memcpy(out + x * ps, codes + x * nch, bytes);
-            };
-            if (nch == 8)
-              copy(std::integral_constant<std::size_t, 8>{});
-            else if (nch == 16)
-              copy(std::integral_constant<std::size_t, 16>{});
-            else
-              copy(static_cast<std::size_t>(nch));
           } else if (transpose) {
             ks_.store_transposed(
                 tile + r * width, false, rows_ * width, nch, m,
-                static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p_.y_dtype)), *y_type, ps,
-                p_.overflow == OverflowMode::saturate);
+                static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p_.y_dtype)),
+                transposed_store_type(p_.y_dtype), ps, p_.overflow == OverflowMode::saturate);
           } else {
             for (std::int64_t c = 0; c < nch; ++c)
               store_run(p_, ks_, tile + (c * rows_ + r) * width, 1, y, at + c * s[1], ps, m);

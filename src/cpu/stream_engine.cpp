@@ -363,7 +363,7 @@ class StreamEngine final : public EngineImpl {
     const auto& s = p_.y_strides;
     // Whether an image's pixels are evenly spaced in y (dense NCDHW or NDHWC): then one run per image.
     const bool even = s[3] == p_.y_size[2] * s[4] && s[2] == p_.y_size[1] * s[3];
-    const bool transposed = s[1] == 1 && ks_.store_transposed && transposed_store_type(p_.y_dtype);
+    const bool transposed = s[1] == 1 && ks_.store_transposed;
     const std::int64_t es = static_cast<std::int64_t>(dtype_size(p_.y_dtype));
     for (std::int64_t lane = 0; lane < c.count;) {
       const std::int64_t q = c.first + lane, n = q / pixels_, pix = q % pixels_;
@@ -374,7 +374,7 @@ class StreamEngine final : public EngineImpl {
                               pix / p_.y_size[2] % p_.y_size[1] * s[3] + w * s[4];
       if (transposed) {
         ks_.store_transposed(tile + lane, false, width_, r, run, static_cast<char*>(y) + at * es,
-                             *transposed_store_type(p_.y_dtype), s[4], p_.overflow == OverflowMode::saturate);
+                             transposed_store_type(p_.y_dtype), s[4], p_.overflow == OverflowMode::saturate);
       } else {
         for (std::int64_t i = 0; i < r; ++i)
           store_run(p_, ks_, tile + i * width_ + lane, 1, y, at + i * s[1], s[4], run);

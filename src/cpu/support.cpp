@@ -199,12 +199,13 @@ void store_channel_first(const Problem& p, const KernelSet& ks, const float* til
                          bool uncached) {
   if (ks.store_transposed == nullptr) {  // one strided run per channel
     for (std::int64_t c = 0; c < valid; ++c) store_run(p, ks, tile + c, tile_rs, y, at + c * c_stride, 1, m);
-  } else if (const auto type = transposed_store_type(p.y_dtype)) {
+  } else {
+    const StoreType type = transposed_store_type(p.y_dtype);
     char* const to = static_cast<char*>(y) + at * static_cast<std::int64_t>(dtype_size(p.y_dtype));
     // Only runs of 16 pixels on a line skip the caches: the pixels before channel 0's first line boundary
     // are stored apart (plainly), so that the runs after them start on lines (for every channel where the
     // channels lie whole lines apart), whatever the alignment of y and of the row.
-    const bool past_caches = uncached && *type == StoreType::f32;
+    const bool past_caches = uncached && type == StoreType::f32;
     const std::int64_t head =
         past_caches
             ? std::min<std::int64_t>(
@@ -213,18 +214,8 @@ void store_channel_first(const Problem& p, const KernelSet& ks, const float* til
     if (head > 0) ks.store_transposed(tile, false, tile_rs, head, valid, to, StoreType::f32, c_stride, false);
     if (m > head)
       ks.store_transposed(tile + head * tile_rs, false, tile_rs, m - head, valid, to + head * 4,
-                          past_caches ? StoreType::f32_uncached : *type, c_stride,
+                          past_caches ? StoreType::f32_uncached : type, c_stride,
                           p.overflow == OverflowMode::saturate);
-  } else {  // 8-bit y: blocks of pixels transposed to one fp32 run per channel, each encoded as a whole
-    constexpr std::int64_t kPixels = 64;
-    alignas(64) float runs[kMaxNv * 16 * kPixels];
-    for (std::int64_t i0 = 0; i0 < m; i0 += kPixels) {
-      const std::int64_t np = std::min(kPixels, m - i0);
-      ks.store_transposed(tile + i0 * tile_rs, false, tile_rs, np, valid, runs, StoreType::f32, kPixels,
-                          false);
-      for (std::int64_t c = 0; c < valid; ++c)
-        store_run(p, ks, runs + c * kPixels, 1, y, at + c * c_stride + i0, 1, np);
-    }
   }
 }
 

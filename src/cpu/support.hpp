@@ -178,12 +178,21 @@ inline void put(std::uint16_t* dst, std::int64_t i, float v) {
   dst[i] = static_cast<std::uint16_t>(bits >> 16);
 }
 
-// The type store_transposed writes for y of dtype t; none for the 8-bit types (store_run writes those).
-inline std::optional<StoreType> transposed_store_type(DType t) {
-  if (t == DType::f32) return StoreType::f32;
-  if (t == DType::bf16) return StoreType::bf16;
-  if (t == DType::f16) return StoreType::fp16;
-  return std::nullopt;
+// The type store_transposed writes for y of dtype t.
+inline StoreType transposed_store_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return StoreType::f32;
+    case DType::bf16:
+      return StoreType::bf16;
+    case DType::f16:
+      return StoreType::fp16;
+    case DType::hif8:
+      return StoreType::hif8;
+    case DType::fp8_e4m3fn:
+      return StoreType::fp8_e4m3fn;
+  }
+  return StoreType::f32;  // not reached: every dtype is listed
 }
 
 // y[at + i * y_stride] = src[i * src_stride] for i < n, rounded to y's dtype with the problem's overflow
