@@ -744,15 +744,18 @@ class GemmEngine final : public EngineImpl {
       return ks_.any_tiny_bf16(dst, n) || (config_.amx && ks_.any_nonfinite_bf16(dst, n));
     }
     const bool ncdhw = dense_ncdhw_filter(valid);
+    // An NDHWC filter whose block holds all its input channels, taps dense: each output channel's taps
+    // are one run, paired in one call (and scanned once), then spread to the taps' packed places, rather
+    // than a call per tap (suite f, 3 channels a tap, Xeon with AMX: bf16 0.96x the time, HiFloat8 0.98x).
+    const bool one_run = s[1] == 1 && valid == p_.Cin_g && s[4] == valid && s[3] == p_.kernel[2] * s[4] &&
+                         s[2] == p_.kernel[1] * s[3];
     std::vector<float> units, transposed;
-    if (s[1] != 1 && ncdhw) {
-      units.resize(static_cast<std::size_t>(valid * taps_));
-      transposed.resize(static_cast<std::size_t>(taps_ * cbw));
-    }
+    if ((s[1] != 1 && ncdhw) || one_run) units.resize(static_cast<std::size_t>(valid * taps_));
+    if (s[1] != 1 && ncdhw) transposed.resize(static_cast<std::size_t>(taps_ * cbw));
     // n elements from p as bf16: in place for a bf16 filter, widened into `buf` for an 8-bit one.
     std::vector<std::uint16_t> wide0, wide1;
     if constexpr (!std::is_same_v<Src, std::uint16_t>) {
-      wide0.resize(static_cast<std::size_t>(ncdhw ? valid * taps_ : valid));
+      wide0.resize(static_cast<std::size_t>(ncdhw || one_run ? valid * taps_ : valid));
       wide1.resize(wide0.size());
     }
     const auto as_bf16 = [&](const Src* p, std::int64_t n, std::vector<std::uint16_t>& buf) {
@@ -788,6 +791,17 @@ class GemmEngine final : public EngineImpl {
       const Src* src0 = filter + (g * p_.Cout_g + co) * s[0] + b.ci0 * s[1];
       const Src* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
       std::uint16_t* dst_co = dst + co * cbw;  // pair co / 2: cbw units of two bf16
+      if (one_run) {
+        auto* const run = reinterpret_cast<std::uint16_t*>(units.data());
+        pairs(src0, src1, valid * taps_, run);
+        for (std::int64_t t = 0; t < taps_; ++t)
+          std::memcpy(dst_co + tap_pos(t) * tap_step, run + 2 * t * valid,
+                      static_cast<std::size_t>(valid) * 4);
+        if (!reports)
+          special |= ks_.any_tiny_bf16(run, 2 * valid * taps_) ||
+                     (config_.amx && ks_.any_nonfinite_bf16(run, 2 * valid * taps_));
+        continue;
+      }
       if (s[1] == 1) {
         for (std::int64_t t = 0; t < taps_; ++t) {
           const std::int64_t at = tap_src_[static_cast<std::size_t>(t)];
