@@ -712,6 +712,12 @@ class GemmEngine final : public EngineImpl {
            valid * taps_ <= (std::int64_t{1} << 16);
   }
 
+  // Whether n packed bf16 values hold one the block's kernels cannot take: tiny (tiny_bf16) or, for AMX,
+  // not finite.
+  bool special_bf16(const std::uint16_t* p, std::int64_t n) const {
+    return ks_.any_tiny_bf16(p, n) || (config_.amx && ks_.any_nonfinite_bf16(p, n));
+  }
+
   // pack_block for a bf16 or 8-bit filter, moving bits with vector kernels: channel pairs interleaved
   // straight from the filter when its input channels are contiguous; otherwise, for an NCDHW filter (taps
   // dense, input channels T taps apart), each pair of output channels is interleaved into [ci][tap] units,
@@ -740,13 +746,12 @@ class GemmEngine final : public EngineImpl {
         ks_.store_transposed(block.data(), false, pairs, valid, pairs, dst + tap_pos(t) * tap_step,
                              StoreType::f32, cbw, false);
       }
-      const std::int64_t n = taps_ * tap_step;
-      return ks_.any_tiny_bf16(dst, n) || (config_.amx && ks_.any_nonfinite_bf16(dst, n));
+      return special_bf16(dst, taps_ * tap_step);
     }
     const bool ncdhw = dense_ncdhw_filter(valid);
     // An NDHWC filter whose block holds all its input channels, taps dense: each output channel's taps
-    // are one run, paired in one call (and scanned once), then spread to the taps' packed places, rather
-    // than a call per tap (suite f, 3 channels a tap, Xeon with AMX: bf16 0.96x the time, HiFloat8 0.98x).
+    // are one run, paired (and checked) in one call, then spread to the taps' packed places, rather than a
+    // call per tap (suite f, 3 channels a tap, Xeon with AMX: bf16 0.96x the time, HiFloat8 0.98x).
     const bool one_run = s[1] == 1 && valid == p_.Cin_g && s[4] == valid && s[3] == p_.kernel[2] * s[4] &&
                          s[2] == p_.kernel[1] * s[3];
     std::vector<float> units, transposed;
@@ -767,20 +772,19 @@ class GemmEngine final : public EngineImpl {
         return static_cast<const std::uint16_t*>(buf.data());
       }
     };
-    // Two runs of n from p0 and p1 (or zeros) as channel pairs into out: 8-bit codes widened and paired by
-    // one kernel where the set has it, which also reports the special values (scanning each tap's 32 pairs
-    // after them took 4 % of HiFloat8 e's time).
+    // Two runs of n from p0 and p1 (or zeros) as channel pairs into out, noting a special value
+    // (special_bf16): 8-bit codes widened, paired and reported by one kernel where the set has it (scanning
+    // each tap's pairs after them took 4 % of HiFloat8 e's time), other pairs scanned.
     bool special = false;
-    const bool reports =
-        !std::is_same_v<Src, std::uint16_t> && ks_.widen8_pairs != nullptr && (s[1] == 1 || ncdhw);
     const auto pairs = [&](const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out) {
       if constexpr (!std::is_same_v<Src, std::uint16_t>) {
-        if (reports) {
+        if (ks_.widen8_pairs != nullptr) {
           special |= ks_.widen8_pairs(p0, p1, w_reader_.bf16_table(), out, n, config_.amx);
           return;
         }
       }
       ks_.interleave_bf16(as_bf16(p0, n, wide0), as_bf16(p1, n, wide1), out, n);
+      special |= special_bf16(out, 2 * n);
     };
     const bool prefetch = s[1] == 1 || ncdhw;  // runs prefetch_channel knows
     for (std::int64_t co = 0; co < kPrefetchChannels && prefetch; ++co)
@@ -797,12 +801,7 @@ class GemmEngine final : public EngineImpl {
         for (std::int64_t t = 0; t < taps_; ++t)
           std::memcpy(dst_co + tap_pos(t) * tap_step, run + 2 * t * valid,
                       static_cast<std::size_t>(valid) * 4);
-        if (!reports)
-          special |= ks_.any_tiny_bf16(run, 2 * valid * taps_) ||
-                     (config_.amx && ks_.any_nonfinite_bf16(run, 2 * valid * taps_));
-        continue;
-      }
-      if (s[1] == 1) {
+      } else if (s[1] == 1) {
         for (std::int64_t t = 0; t < taps_; ++t) {
           const std::int64_t at = tap_src_[static_cast<std::size_t>(t)];
           pairs(src0 + at, src1 ? src1 + at : nullptr, valid, dst_co + tap_pos(t) * tap_step);
@@ -828,12 +827,8 @@ class GemmEngine final : public EngineImpl {
             out[2 * c] = bits(at0[c * s[1]]);
             out[2 * c + 1] = src1 ? bits(at0[s[0] + c * s[1]]) : 0;
           }
+          special |= special_bf16(out, 2 * valid);
         }
-      }
-      for (std::int64_t t = 0; t < taps_ && !reports; ++t) {
-        const std::uint16_t* packed = dst_co + t * tap_step;
-        special |=
-            ks_.any_tiny_bf16(packed, 2 * cbw) || (config_.amx && ks_.any_nonfinite_bf16(packed, 2 * cbw));
       }
     }
     return special;

@@ -317,8 +317,8 @@ CONV3D_DX_INLINE __m512i low_halves(__m512 lo, __m512 hi) {
 }
 
 // Encodes n values, 32 at a time: codes(lo, hi) gives the 16-bit codes of a vector's 16 + 16 values. Whole
-// vectors load and store unmasked (masked, they took 14.1 cycles a vector of HiFloat8 rather than 12.0), the
-// tail masked.
+// vectors load and store unmasked (masked throughout, the HiFloat8 encoder as first written took 14.1
+// timestamp-counter cycles a vector rather than 12.0), the tail masked.
 template <class Codes>
 CONV3D_DX_INLINE void encode8(const float* src, std::uint8_t* dst, std::int64_t n, Codes codes) {
   std::int64_t i = 0;
@@ -398,8 +398,7 @@ void to_hif8(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate)
 // f32_to_fp8_e4m3fn on 32 lanes: normals (from 2^-6) round to nearest even on the top half's bit 4 (3
 // mantissa bits kept) and are rebiased; subnormals count units of 2^-9, which adding 2^14 to the magnitude
 // (whose last bit is worth 2^-9 there) rounds to nearest even, in fp32, leaving the count in the sum's low
-// bits (8 units is the smallest normal's code).
-// The codes of a pair of vectors, as a function of (lo, hi).
+// bits (8 units is the smallest normal's code). The codes of a pair of vectors, as a function of (lo, hi).
 CONV3D_DX_INLINE auto fp8_e4m3fn_codes(bool saturate) {
   const __m512i one = _mm512_set1_epi16(1);
   const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF)),
