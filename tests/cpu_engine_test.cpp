@@ -1633,13 +1633,15 @@ TEST(CpuBf16, TinyInputsAreExact) {
   const bool amx = cpu_supports(Isa::amx_bf16);
   // (dy exponent, filter exponent): both tiny; dy subnormal only; filter subnormal only; products 2^-149.
   const std::pair<int, int> scales[] = {{-64, -64}, {-130, 0}, {0, -130}, {-70, -79}};
-  // GEMM, pixel, pointwise, GEMM on AMX tiles over flat planes and along rows (where the CPU has AMX)
-  for (int kind : {0, 1, 2, 3, 4, 5, 6})
+  // GEMM, pixel, pointwise, GEMM on AMX tiles over flat planes and along rows, dy converted into windows
+  // per thread (kind 4) or beforehand (kind 7) (where the CPU has AMX)
+  for (int kind : {0, 1, 2, 3, 4, 5, 6, 7})
     for (Layout fmt : kDataFormats)
       for (std::int64_t cout : {4, 5})
         for (auto [dy_e, w_e] : scales) {
           // kinds 5 and 6: GEMM with a DHWCN filter (packed by a transpose of channel pairs), 6 on AMX
-          const bool pixel = kind == 1, pointwise = kind == 2, on_amx = kind == 3 || kind == 4 || kind == 6;
+          const bool pixel = kind == 1, pointwise = kind == 2,
+                     on_amx = kind == 3 || kind == 4 || kind == 6 || kind == 7;
           if ((pointwise && fmt != Layout::NCDHW) || (on_amx && !amx)) continue;
           Case c = with_dtype(Case{}, DType::bf16);
           c.y_dtype = DType::f32;
@@ -1665,20 +1667,18 @@ TEST(CpuBf16, TinyInputsAreExact) {
                                    std::to_string(w_e) +
                                    (pixel       ? ", pixel"
                                     : pointwise ? ", pointwise"
-                                    : on_amx    ? ", gemm on AMX"
-                                                : ", gemm");
+                                    : on_amx ? ", gemm on AMX" + std::string(kind == 4 ? ", dy windows" : "")
+                                             : ", gemm");
           const auto run = [&](const Problem& q, Instance& i, int threads) {
             if (pixel)
               run_pixel(q, i, Isa::avx512_bf16, threads);
             else if (pointwise)
               run_pointwise(q, i, Isa::avx512_bf16, threads);
-            else
-              run_gemm(q, i, on_amx ? Isa::amx_bf16 : Isa::avx512_bf16,
-                       {0, 0,
-                        kind == 3   ? 2
-                        : kind == 4 ? 0
-                                    : -1},
-                       threads);
+            else {
+              cpu::GemmTuning tuning{0, 0, kind == 3 ? 2 : kind == 4 || kind == 7 ? 0 : -1};
+              tuning.dy_window = kind == 4 ? 1 : kind == 7 ? 0 : -1;
+              run_gemm(q, i, on_amx ? Isa::amx_bf16 : Isa::avx512_bf16, tuning, threads);
+            }
           };
           Tensor first = inst.y;
           for (int threads : {1, 2}) {
@@ -1703,7 +1703,8 @@ TEST(CpuBf16, TinyInputsAreExact) {
 }
 
 // The AMX engine on one thread against the reference (exactly, for small integers into fp32), then tiles
-// along rows and over flat planes on 1 and 2 threads: the same bits, y's padding untouched.
+// along rows (dy converted beforehand, and into windows per thread where the problem allows them) and over
+// flat planes on 1, 2 and 3 threads: the same bits, y's padding untouched.
 void check_amx_rows_and_planes(const Case& c, const Problem& p, Instance& inst, Fill fill) {
   run_gemm(p, inst, Isa::amx_bf16, {}, 1);
   ASSERT_TRUE(matches_reference(p, inst)) << c.name();
@@ -1712,12 +1713,17 @@ void check_amx_rows_and_planes(const Case& c, const Problem& p, Instance& inst, 
   }
   const Tensor first = inst.y;
   for (int plane : {0, 2})  // rows, flat planes
-    for (int threads : {1, 2}) {
-      fill_canary(inst.y);
-      run_gemm(p, inst, Isa::amx_bf16, {0, 0, plane}, threads);
-      EXPECT_TRUE(same_bits(first, inst.y))
-          << c.name() << ", plane " << plane << ", " << threads << " threads";
-      EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+    for (int window : {0, 1}) {
+      if (plane == 2 && window == 1) continue;  // flat planes convert dy beforehand
+      for (int threads : {1, 2, 3}) {
+        fill_canary(inst.y);
+        cpu::GemmTuning tuning{0, 0, plane};
+        tuning.dy_window = window;
+        run_gemm(p, inst, Isa::amx_bf16, tuning, threads);
+        EXPECT_TRUE(same_bits(first, inst.y))
+            << c.name() << ", plane " << plane << ", dy window " << window << ", " << threads << " threads";
+        EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+      }
     }
 }
 
@@ -1750,6 +1756,49 @@ void check_amx_tile_edges(std::initializer_list<DType> dtypes, bool hf32, std::u
         Instance inst = instantiate(c, rng, fill);
         check_amx_rows_and_planes(c, validate(inst.spec), inst, fill);
         if (::testing::Test::HasFatalFailure()) return;
+      }
+}
+
+// dy converted into a window per thread (GemmConfig::dy_window) against dy converted beforehand: two images
+// (the windows start over), strides 1 and 2, dilation 2 (wider windows), D kernels of 1 to 5, bf16, HiFloat8
+// and FP8 inputs, both data formats; 1 to 4 threads, whose shares of the tasks and whose taking from each
+// other's ends change the windows' order and reach: the same bits, and the reference's values.
+TEST(CpuAmx, DyWindowsMatchConvertingBeforehand) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "no AMX: " << amx_unavailable();
+  std::mt19937_64 rng(167);
+  const DType dtypes[] = {DType::bf16, DType::hif8, DType::fp8_e4m3fn};
+  int k = 0;
+  for (std::int64_t kd : {1, 2, 3, 5})
+    for (std::int64_t s : {1, 2})
+      for (std::int64_t d : {1, 2}) {
+        Case c = with_dtype(Case{}, dtypes[k % 3]);
+        c.data_format = kDataFormats[k % 2];
+        c.N = 2;
+        c.Cin = 17 + 8 * (k % 3);
+        c.Cout = 33 + 15 * (k % 2);
+        c.kernel = {kd, 3, 2};
+        c.stride = {s, s, 1};
+        c.dilation = {d, 1, 1};
+        c.in = {9, 5, 20};
+        c.pad_front = {kd / 2 * d, 1, 0};
+        c.pad_back = {0, 1, 1};
+        const Fill fill = k % 2 == 0 ? Fill::small_integers : Fill::random;
+        ++k;
+        Instance inst = instantiate(c, rng, fill);
+        const Problem p = validate(inst.spec);
+        cpu::GemmTuning before{0, 0, 0}, windows{0, 0, 0};
+        before.dy_window = 0;
+        windows.dy_window = 1;
+        ASSERT_TRUE(cpu::gemm_config(p, host_cpu_model(), Isa::amx_bf16, 2, windows).dy_window) << c.name();
+        run_gemm(p, inst, Isa::amx_bf16, before, 2);
+        ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+        const Tensor first = inst.y;
+        for (int threads : {1, 2, 3, 4}) {
+          fill_canary(inst.y);
+          run_gemm(p, inst, Isa::amx_bf16, windows, threads);
+          EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
+          EXPECT_TRUE(padding_intact(inst.y)) << c.name();
+        }
       }
 }
 

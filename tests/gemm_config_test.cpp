@@ -151,6 +151,40 @@ TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
   EXPECT_NE(split.describe().find("split into bf16"), std::string::npos) << split.describe();
 }
 
+// AMX row tasks convert dy into a window per thread (as many planes as a y plane's D taps reach) where the
+// window and the packed filter fit in half the L2, with more than one thread, one group and the channel
+// blocks in turn; never for split inputs, flat planes or on one thread.
+TEST_F(GemmConfigTest, AmxDyWindowsWhereTheyFitInHalfTheL2) {
+  Case c = with_dtype(Case{}, DType::bf16);
+  c.Cin = c.Cout = 32;
+  c.in = {8, 24, 64};
+  const Problem p = problem_of(c);  // planes of 24 x 66 pixels x 64 bytes, 99 KiB; filter 54 KiB
+  const auto windows = cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2);
+  ASSERT_FALSE(windows.flat || windows.plane_mode) << windows.describe();
+  EXPECT_TRUE(windows.dy_window) << windows.describe();
+  EXPECT_EQ(windows.dy_window_planes, 3);
+  EXPECT_NE(windows.describe().find("window of 3 planes"), std::string::npos) << windows.describe();
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 1).dy_window);
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(512 << 10), Isa::amx_bf16, 2).dy_window);  // 350 KiB > 256
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(2 << 20), Isa::avx512_bf16, 2).dy_window);
+  cpu::GemmTuning off, on;
+  off.dy_window = 0;
+  on.dy_window = 1;
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2, off).dy_window);
+  EXPECT_TRUE(cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 1, on).dy_window);
+  Case strided = c;
+  strided.stride = {2, 2, 1};
+  EXPECT_EQ(cpu::gemm_config(problem_of(strided), with_l2(2 << 20), Isa::amx_bf16, 2).dy_window_planes, 2);
+  Case grouped = c;
+  grouped.groups = 2;
+  EXPECT_FALSE(cpu::gemm_config(problem_of(grouped), with_l2(2 << 20), Isa::amx_bf16, 2, on).dy_window);
+  EXPECT_FALSE(cpu::gemm_config(problem_of(with_dtype(c, DType::f16)), with_l2(2 << 20), Isa::amx_bf16, 2, on)
+                   .dy_window);
+  cpu::GemmTuning flat = on;
+  flat.plane = 2;
+  EXPECT_FALSE(cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2, flat).dy_window);
+}
+
 TEST_F(GemmConfigTest, DyInPlaceOnlyInTheComputeType) {
   Case c;
   c.Cin = c.Cout = 32;

@@ -30,6 +30,8 @@ std::string GemmConfig::describe() const {
   if (staged && !plane_mode && !flat) s += ", rows staged";
   if (uncached_y) s += ", y stored uncached (when 64-byte aligned)";
   if (blocks_inner) s += ", channel blocks in turn per row or plane";
+  if (dy_window)
+    s += ", dy converted into a window of " + std::to_string(dy_window_planes) + " planes per thread";
   if (d_inner) s += ", rows plane after plane (D taps share dy rows)";
   return s + "; L2 budgets " + std::to_string(weight_budget >> 10) + " KiB filter, " +
          std::to_string(plane_budget >> 10) + " KiB plane";
@@ -242,6 +244,30 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // channels_last, k311 (3 x 1 x 1, rows merged to 256 pixels), 6 alternating runs: 0.97x the time on 1 and
   // 2 threads against plane after plane.
   c.d_inner = !c.plane_mode && !c.flat && p.kernel[1] == 1 && p.kernel[0] > 1;
+  // With more than one thread, a window of converted dy planes per thread where it and the packed filter fit
+  // in half a core's L2: dy converted beforehand, by all threads in turn, is then read from the other core's
+  // cache or from L3 (written back on the way) by tasks that either thread may run, and the pass itself is
+  // one more join. The window holds the most dy planes one y plane's D taps reach. Xeon with AMX (2 MiB L2),
+  // bf16, 2 threads, paired against converting beforehand, three runs: channels_last unet16 0.85-0.91x the
+  // time, unet32 0.90-0.95x, k133 0.92-0.95x, down_s2 0.95-0.99x, down16_s2 0.82-0.84x, g 0.79-0.82x, unet_up
+  // 0.89-0.93x; b, c, k1s2, n2c96 within noise; NCDHW c 0.88x, g 0.80x, unet16 0.89x, k133 0.90x, down_s2
+  // 0.92x; HiFloat8 and FP8 channels_last unet16 0.90-0.92x, k133 0.94x. On one thread it gained nothing
+  // (0.98-1.06x), nor for flat planes (suite f 1.03x).
+  std::int64_t window_planes = 1;
+  for (const AxisPhase& ph : axes[0].phases)
+    if (!ph.taps.empty())
+      window_planes = std::max(window_planes, ph.taps.front().off - ph.taps.back().off + 1);
+  const std::int64_t dy_plane_bytes = saturating_mul(
+      saturating_mul(c.hhalo_lo + p.dy_size[1] + c.hhalo_hi, c.halo_lo + p.dy_size[2] + c.halo_hi),
+      saturating_mul(c.kpad, elem));
+  const bool window_allowed =
+      c.amx && !c.split && p.G == 1 && c.blocks_inner && !c.plane_mode && !c.flat && !c.d_inner;
+  c.dy_window = window_allowed &&
+                (tuning.dy_window >= 0
+                     ? tuning.dy_window == 1
+                     : threads > 1 && saturating_add(saturating_mul(window_planes, dy_plane_bytes), packed) <=
+                                          cpu.l2_bytes / 2);
+  c.dy_window_planes = c.dy_window ? std::min(window_planes, p.dy_size[0]) : 0;
   // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
   // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
   c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.y_size[2] * block_width <= (std::int64_t{1} << 20));

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <type_traits>
@@ -141,6 +142,7 @@ class GemmEngine final : public EngineImpl {
     tasks_per_block_ = config.plane_mode ? ceil_div(planes, config.planes_per_task)
                        : config.flat     ? planes
                                          : planes * p.y_size[1];
+    if (config.dy_window) split_by_cost();
     // Allocated now, so that an allocator's refusal declines the engine: what the plan's calls will use.
     if (!whole_packed())
       allocate_own_blocks();
@@ -167,6 +169,13 @@ class GemmEngine final : public EngineImpl {
 
   std::size_t workspace_bytes() const override { return static_cast<std::size_t>(memory().workspace); }
 
+  // A thread's window of converted dy planes (GemmConfig::dy_window), 64-byte aligned within the workspace.
+  std::int64_t window_bytes() const {
+    const std::int64_t plane = saturating_mul(saturating_mul(p_.dy_size[1], flat_width_), kpad_);
+    return saturating_add(saturating_mul(saturating_mul(config_.dy_window_planes, plane), elem_), 128) / 64 *
+           64;
+  }
+
   // From the problem and the configuration alone, before anything is allocated.
   EngineMemory memory() const {
     const Problem& p = p_;
@@ -186,8 +195,10 @@ class GemmEngine final : public EngineImpl {
         config_.flat
             ? saturating_mul(2 * (config_.halo_lo + p.dy_size[2] + config_.halo_hi) + 2 * kAmxMaxM, kpad_)
             : 0);
-    const std::int64_t workspace =
-        config_.direct_dy ? 0 : saturating_add(saturating_mul(dy_elements, elem_), 64);
+    const std::int64_t workspace = config_.direct_dy ? 0
+                                   : config_.dy_window
+                                       ? saturating_mul(threads_, window_bytes())
+                                       : saturating_add(saturating_mul(dy_elements, elem_), 64);
     // Per thread: tap lists, the tile and the plane-mode tiles' flags.
     const std::int64_t lists =
         config_.flat
@@ -218,6 +229,11 @@ class GemmEngine final : public EngineImpl {
 
   void execute(const void* dy, void* y, void* workspace) const override {
     if (p_.N == 0) return;
+    if (config_.dy_window) {  // (never split, so no exact fallback)
+      // A tiny dy value found on the way: the call again, every task on the exact kernels.
+      if (run_windowed(dy, y, workspace, false)) run_windowed(dy, y, workspace, true);
+      return;
+    }
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
     if (exact_fallback_ && (tiny_dy || any_exact_block())) {
       exact_fallback_->execute(dy, y, workspace);
@@ -226,8 +242,119 @@ class GemmEngine final : public EngineImpl {
     run_tasks(static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_,
               [&](std::int64_t i, TaskScratch& scratch) {
                 const std::int64_t t = task_of(i);
-                run_task(t, src, y, tiny_dy, scratch, block_of(t / tasks_per_block_));
+                run_task(t, DyPlanes{src}, y, tiny_dy, scratch, block_of(t / tasks_per_block_));
               });
+  }
+
+  // Window mode's shares of the row tasks (window_split_): one per thread, of about equal work. A task's work
+  // is taken as one plus the (kd, kh) pairs that reach its y row: at D and H borders fewer do (suite shape f,
+  // k7 and stride 2, split by task count, left one thread a fifth more work).
+  void split_by_cost() {
+    const Axis &D = ax_[0], &H = ax_[1];
+    const auto reaching = [](const Axis& a, std::int64_t i) {
+      const auto [first, end] = a.valid_taps(a.phases[static_cast<std::size_t>(a.phase_of(i))], a.j_of(i));
+      return end - first;
+    };
+    const std::int64_t ntasks = static_cast<std::int64_t>(tiny_blocks_.size()) * tasks_per_block_;
+    const auto cost = [&](std::int64_t i) {
+      const std::int64_t r = task_of(i) % tasks_per_block_;
+      return 1 + reaching(D, r / H.in % D.in) * reaching(H, r % H.in);
+    };
+    std::int64_t total = 0;
+    for (std::int64_t i = 0; i < ntasks; ++i) total += cost(i);
+    window_split_.assign(static_cast<std::size_t>(threads_) + 1, ntasks);
+    window_split_[0] = 0;
+    std::int64_t done = 0;
+    for (std::int64_t i = 0, th = 1; i < ntasks && th < threads_; ++i) {
+      done += cost(i);
+      while (th < threads_ && done * threads_ >= total * th)
+        window_split_[static_cast<std::size_t>(th++)] = i + 1;
+    }
+  }
+
+  // execute in window mode (GemmConfig::dy_window): each thread runs its share of the row tasks in execute's
+  // order (every channel block of a row in turn; window_split_), then takes tasks from the end
+  // of another's share while there are any, so a core slowed by other work holds up none. A thread converts
+  // the dy planes its tasks' D taps reach into its own window, which slides along them: the planes it holds
+  // already move, the others are converted. Returns whether a converted plane holds a tiny bf16 value.
+  bool run_windowed(const void* dy, void* y, void* workspace, bool tiny_dy) const {
+    struct Share {
+      std::mutex mutex;
+      std::int64_t front, back;  // the tasks [front, back) not yet taken
+    };
+    std::vector<Share> shares(static_cast<std::size_t>(threads_));
+    for (std::size_t th = 0; th < shares.size(); ++th) {
+      shares[th].front = window_split_[th];
+      shares[th].back = window_split_[th + 1];
+    }
+    // The owner takes a few tasks from the front at a time (fewer as its share runs out), others one from
+    // the back.
+    const auto take = [](Share& share, bool owner, std::int64_t& begin, std::int64_t& end) {
+      const std::lock_guard<std::mutex> lock(share.mutex);
+      const std::int64_t left = share.back - share.front;
+      if (left <= 0) return false;
+      if (owner) {
+        begin = share.front;
+        share.front += std::max<std::int64_t>(1, left / 16);
+        end = share.front;
+      } else {
+        end = share.back--;
+        begin = share.back;
+      }
+      return true;
+    };
+    const Axis& D = ax_[0];
+    const std::int64_t span = config_.dy_window_planes;
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(threads_), 0);
+    parallel_for(threads_, threads_, [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t th = first; th < last; ++th) {
+        TaskScratch scratch(*this);
+        auto* const window =
+            static_cast<std::uint16_t*>(align64(static_cast<char*>(workspace) + th * window_bytes()));
+        std::int64_t image = -1, lo = 0, hi = -1;  // the window holds planes [lo, hi] of `image`
+        bool any = false;
+        const auto run = [&](std::int64_t i) {
+          const std::int64_t t = task_of(i), r = t % tasks_per_block_;
+          const std::int64_t q = r / ax_[1].in, n = q / D.in, id = q % D.in, jd = D.j_of(id);
+          const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
+          std::int64_t need_lo = D.out, need_hi = -1;  // the dy planes its D taps reach
+          for (const AxisTap& td : PD.taps)
+            if (D.valid(td, jd)) {
+              need_lo = std::min(need_lo, jd + td.off);
+              need_hi = std::max(need_hi, jd + td.off);
+            }
+          if (need_lo <= need_hi && (n != image || need_lo < lo || need_hi > hi)) {
+            // Forward, the window starts at the first plane needed; backward (taken from another's share), it
+            // ends at the last.
+            const bool back = n == image && need_lo < lo;
+            const std::int64_t new_lo = back
+                                            ? std::min(need_lo, std::max<std::int64_t>(0, need_hi - span + 1))
+                                            : need_lo,
+                               new_hi =
+                                   back ? need_hi : std::max(need_hi, std::min(need_lo + span, D.out) - 1);
+            const std::int64_t keep_lo = n == image ? std::max(lo, new_lo) : 1,
+                               keep_hi = n == image ? std::min(hi, new_hi) : 0;
+            if (keep_lo <= keep_hi)
+              std::memmove(window + (keep_lo - new_lo) * dy_d_, window + (keep_lo - lo) * dy_d_,
+                           static_cast<std::size_t>((keep_hi - keep_lo + 1) * dy_d_ * elem_));
+            for (std::int64_t od = new_lo; od <= new_hi; ++od)
+              if (od < keep_lo || od > keep_hi)
+                any |= convert_dy_plane(dy, n * D.out + od, window + (od - new_lo) * dy_d_);
+            image = n, lo = new_lo, hi = new_hi;
+          }
+          run_task(t, DyPlanes{window, lo, true}, y, tiny_dy, scratch, block_of(t / tasks_per_block_));
+        };
+        for (std::int64_t begin, end; take(shares[static_cast<std::size_t>(th)], true, begin, end);)
+          for (std::int64_t i = begin; i < end; ++i) run(i);
+        for (std::int64_t k = 1; k < threads_; ++k)
+          for (std::int64_t begin, end;
+               take(shares[static_cast<std::size_t>((th + k) % threads_)], false, begin, end);)
+            run(begin);
+        tiny[static_cast<std::size_t>(th)] = any;
+        if (config_.amx) amx_release();
+      }
+    });
+    return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
   }
 
   // Each thread packs a channel block and at once runs every task that uses it, so the packed block is read
@@ -271,7 +398,7 @@ class GemmEngine final : public EngineImpl {
         char* dst = destination(gb, slot);
         pack_group_block(filter, gb, dst);
         for (std::int64_t t = gb * tasks_per_block_; t < (gb + 1) * tasks_per_block_; ++t)
-          run_task(t, src, y, tiny_dy, scratch, dst);
+          run_task(t, DyPlanes{src}, y, tiny_dy, scratch, dst);
       }
       if (config_.amx) amx_release();
     });
@@ -283,7 +410,7 @@ class GemmEngine final : public EngineImpl {
       });
       run_tasks(shared * tasks_per_block_, [&](std::int64_t t, TaskScratch& scratch) {
         const std::int64_t i = t / tasks_per_block_;
-        run_task(whole * tasks_per_block_ + t, src, y, tiny_dy, scratch, destination(whole + i, i));
+        run_task(whole * tasks_per_block_ + t, DyPlanes{src}, y, tiny_dy, scratch, destination(whole + i, i));
       });
     }
     // A filter block the split could not take skipped its tasks: the whole call runs unsplit.
@@ -292,6 +419,13 @@ class GemmEngine final : public EngineImpl {
   }
 
  private:
+  // Converted dy as the tasks read it: every plane of the workspace (one image and group after another), or
+  // a thread's window (GemmConfig::dy_window) of one image's planes from first_plane on (one group).
+  struct DyPlanes {
+    const void* base;
+    std::int64_t first_plane = 0;
+    bool window = false;
+  };
   struct Block {
     std::int64_t ci0;    // first input channel (within the group)
     int nv;              // vectors of lanes_ channels
@@ -872,20 +1006,33 @@ class GemmEngine final : public EngineImpl {
   }
 
   // dy into the workspace as [n][g][od][oh][ow][kpad] in the compute type, padding channels with zero (and,
-  // for AMX, each row with halo pixels). Returns whether bf16 dy holds a tiny value (tiny_bf16), scanned
-  // plane by plane as it is written.
+  // for AMX, each row with halo pixels), a plane per task (convert_dy_plane). Returns whether bf16 dy holds a
+  // tiny value (tiny_bf16).
   template <class T>
   bool convert_dy(const void* dy, T* out) const {
     if constexpr (std::is_same_v<T, std::uint16_t>)
       if (config_.split) return convert_dy_split(dy, out);
+    std::vector<unsigned char> tiny(static_cast<std::size_t>(p_.N * p_.G * p_.dy_size[0]), 0);
+    parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r)
+        tiny[static_cast<std::size_t>(r)] = convert_dy_plane(dy, r, out + r * dy_d_);
+    });
+    return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
+  }
+
+  // dy plane r (r = (n * G + g) * Do + od) into `plane` (dy_d_ elements), as convert_dy lays it out. Returns
+  // whether it holds a tiny bf16 value (scanned as it is written).
+  template <class T>
+  bool convert_dy_plane(const void* dy, std::int64_t r, T* plane) const {
     const auto& s = p_.dy_strides;
     const bool scan = std::is_same_v<T, std::uint16_t> && p_.dy_dtype == DType::bf16;
-    std::vector<unsigned char> tiny(static_cast<std::size_t>(scan ? p_.N * p_.G * p_.dy_size[0] : 0), 0);
-    const auto scan_plane = [&](std::int64_t r) {
+    const auto scan_plane = [&] {
       if constexpr (std::is_same_v<T, std::uint16_t>)
-        if (scan) tiny[static_cast<std::size_t>(r)] = ks_.any_tiny_bf16(out + r * dy_d_, dy_d_);
+        if (scan) return ks_.any_tiny_bf16(plane, dy_d_);
+      return false;
     };
-    const auto any_tiny = [&] { return std::find(tiny.begin(), tiny.end(), 1) != tiny.end(); };
+    const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G, n = r / p_.dy_size[0] / p_.G;
+    zero_halo_rows(plane);
     // dy with contiguous channels, per pixel (or per row where its pixels follow one another unpadded): bf16
     // or 8-bit into bf16 pairs (a copy or table lookup), or anything the reader widens into fp32; padding
     // channels zeroed.
@@ -897,16 +1044,16 @@ class GemmEngine final : public EngineImpl {
       // bf16 copied by a kernel that reports tiny values on the way, so the plane is not read again to scan
       // it (5 % of suite shape i's time, 5.6 MiB of dy, went to scanning).
       const bool copy_scans = scan && ks_.copy_bf16 != nullptr;
-      // n elements of dy from `at` on, into dst; whether a copied bf16 value is tiny.
-      const auto convert_run = [&](std::int64_t at, std::int64_t n, T* dst) {
+      // count elements of dy from `at` on, into dst; whether a copied bf16 value is tiny.
+      const auto convert_run = [&](std::int64_t at, std::int64_t count, T* dst) {
         if constexpr (std::is_same_v<T, float>) {
-          dy_reader_.widen(ks_, dy, at, n, dst);
+          dy_reader_.widen(ks_, dy, at, count, dst);
         } else if (dy_8bit) {
-          ks_.widen8(static_cast<const std::uint8_t*>(dy) + at, dy_reader_.bf16_table(), dst, n);
+          ks_.widen8(static_cast<const std::uint8_t*>(dy) + at, dy_reader_.bf16_table(), dst, count);
         } else if (copy_scans) {
-          return ks_.copy_bf16(static_cast<const std::uint16_t*>(dy) + at, n, dst);
+          return ks_.copy_bf16(static_cast<const std::uint16_t*>(dy) + at, count, dst);
         } else {
-          std::memcpy(dst, static_cast<const std::uint16_t*>(dy) + at, static_cast<std::size_t>(n) * 2);
+          std::memcpy(dst, static_cast<const std::uint16_t*>(dy) + at, static_cast<std::size_t>(count) * 2);
         }
         return false;
       };
@@ -917,41 +1064,30 @@ class GemmEngine final : public EngineImpl {
       const bool rows_follow = s[4] == p_.Cout_g;
       const bool whole_rows = rows_follow && kpad_ == p_.Cout_g;
       const bool spread_rows = rows_follow && kpad_ > p_.Cout_g && p_.Cout_g < 16;
-      parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
-        std::vector<T> converted(static_cast<std::size_t>(spread_rows ? p_.dy_size[2] * p_.Cout_g : 0));
-        for (std::int64_t r = begin; r < end; ++r) {
-          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
-                             n = r / p_.dy_size[0] / p_.G;
-          zero_halo_rows(out + r * dy_d_);
-          bool any = false;
-          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
-            const std::int64_t at = n * s[0] + g * p_.Cout_g + od * s[2] + oh * s[3];
-            T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
-            if (whole_rows) {
-              any |= convert_run(at, p_.dy_size[2] * p_.Cout_g, row);
-            } else if (spread_rows) {
-              any |= convert_run(at, p_.dy_size[2] * p_.Cout_g, converted.data());
-              for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
-                T* pixel = row + ow * kpad_;
-                std::copy_n(converted.data() + ow * p_.Cout_g, p_.Cout_g, pixel);
-                std::fill(pixel + p_.Cout_g, pixel + kpad_, T{0});
-              }
-            } else {
-              for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
-                T* pixel = row + ow * kpad_;
-                any |= convert_run(at + ow * s[4], p_.Cout_g, pixel);
-                std::fill(pixel + p_.Cout_g, pixel + kpad_, T{0});
-              }
-            }
-            zero_halo(row);
+      std::vector<T> converted(static_cast<std::size_t>(spread_rows ? p_.dy_size[2] * p_.Cout_g : 0));
+      bool any = false;
+      for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
+        const std::int64_t at = n * s[0] + g * p_.Cout_g + od * s[2] + oh * s[3];
+        T* row = plane + oh * dy_h_ + dy_origin_;
+        if (whole_rows) {
+          any |= convert_run(at, p_.dy_size[2] * p_.Cout_g, row);
+        } else if (spread_rows) {
+          any |= convert_run(at, p_.dy_size[2] * p_.Cout_g, converted.data());
+          for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
+            T* pixel = row + ow * kpad_;
+            std::copy_n(converted.data() + ow * p_.Cout_g, p_.Cout_g, pixel);
+            std::fill(pixel + p_.Cout_g, pixel + kpad_, T{0});
           }
-          if (copy_scans)
-            tiny[static_cast<std::size_t>(r)] = any;
-          else
-            scan_plane(r);
+        } else {
+          for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
+            T* pixel = row + ow * kpad_;
+            any |= convert_run(at + ow * s[4], p_.Cout_g, pixel);
+            std::fill(pixel + p_.Cout_g, pixel + kpad_, T{0});
+          }
         }
-      });
-      return any_tiny();
+        zero_halo(row);
+      }
+      return copy_scans ? any : scan_plane();
     }
     // dy with contiguous W (NCDHW), row by row (Cout_g x Wo) into channel-last form. Exact fp32 or bf16 with
     // unpadded channels is transposed in place, in 16 x 16 blocks (bf16 into bf16 by channel pairs, which
@@ -966,90 +1102,70 @@ class GemmEngine final : public EngineImpl {
     const bool blocks =
         std::is_same_v<T, float> ? ks_.store_transposed && to_f32 : ks_.transpose_bf16_pairs && to_pairs;
     if (s[4] == 1 && (in_place || blocks)) {
-      parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
-        constexpr std::int64_t kRows = std::is_same_v<T, float> ? 16 : 32, kPixels = 256;
-        alignas(64) T buf[kRows * kPixels];
-        for (std::int64_t r = begin; r < end; ++r) {
-          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
-                             n = r / p_.dy_size[0] / p_.G;
-          bool any = false;
-          zero_halo_rows(out + r * dy_d_);
-          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
-            const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
-            T* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
-            zero_halo(row);
-            if (in_place) {
-              if constexpr (std::is_same_v<T, std::uint16_t>) {
-                if (pairs) {
-                  any |= ks_.transpose_bf16_pairs(static_cast<const std::uint16_t*>(dy) + at, s[1], p_.Cout_g,
-                                                  p_.dy_size[2], row, kpad_);
-                  continue;
-                }
-              }
-              ks_.store_transposed(static_cast<const char*>(dy) + at * (src_bf16 ? 2 : 4), src_bf16, s[1],
-                                   p_.Cout_g, p_.dy_size[2], row, bf16_ ? StoreType::bf16 : StoreType::f32,
-                                   kpad_, false);
+      constexpr std::int64_t kRows = std::is_same_v<T, float> ? 16 : 32, kPixels = 256;
+      alignas(64) T buf[kRows * kPixels];
+      bool any = false;
+      for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
+        const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
+        T* row = plane + oh * dy_h_ + dy_origin_;
+        zero_halo(row);
+        if (in_place) {
+          if constexpr (std::is_same_v<T, std::uint16_t>) {
+            if (pairs) {
+              any |= ks_.transpose_bf16_pairs(static_cast<const std::uint16_t*>(dy) + at, s[1], p_.Cout_g,
+                                              p_.dy_size[2], row, kpad_);
               continue;
             }
-            for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
-              const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
-              for (std::int64_t c0 = 0; c0 < kpad_; c0 += kRows) {
-                const std::int64_t nc = std::min(kRows, kpad_ - c0);
-                for (std::int64_t c = 0; c < nc; ++c) {
-                  T* dst = buf + c * kPixels;
-                  const std::int64_t co = c0 + c, src = at + co * s[1] + w0;
-                  if (co >= p_.Cout_g) {
-                    std::fill(dst, dst + nw, T{0});
-                  } else if constexpr (std::is_same_v<T, float>) {
-                    dy_reader_.widen(ks_, dy, src, nw, dst);
-                  } else if (dy_8bit) {
-                    ks_.widen8(static_cast<const std::uint8_t*>(dy) + src, dy_reader_.bf16_table(), dst, nw);
-                  } else {
-                    std::memcpy(dst, static_cast<const std::uint16_t*>(dy) + src,
-                                static_cast<std::size_t>(nw) * 2);
-                  }
-                }
-                T* at_row = row + w0 * kpad_ + c0;
-                if constexpr (std::is_same_v<T, float>)
-                  ks_.store_transposed(buf, false, kPixels, nc, nw, at_row, StoreType::f32, kpad_, false);
-                else
-                  any |= ks_.transpose_bf16_pairs(buf, kPixels, nc, nw, at_row, kpad_);
+          }
+          ks_.store_transposed(static_cast<const char*>(dy) + at * (src_bf16 ? 2 : 4), src_bf16, s[1],
+                               p_.Cout_g, p_.dy_size[2], row, bf16_ ? StoreType::bf16 : StoreType::f32, kpad_,
+                               false);
+          continue;
+        }
+        for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
+          const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
+          for (std::int64_t c0 = 0; c0 < kpad_; c0 += kRows) {
+            const std::int64_t nc = std::min(kRows, kpad_ - c0);
+            for (std::int64_t c = 0; c < nc; ++c) {
+              T* dst = buf + c * kPixels;
+              const std::int64_t co = c0 + c, src = at + co * s[1] + w0;
+              if (co >= p_.Cout_g) {
+                std::fill(dst, dst + nw, T{0});
+              } else if constexpr (std::is_same_v<T, float>) {
+                dy_reader_.widen(ks_, dy, src, nw, dst);
+              } else if (dy_8bit) {
+                ks_.widen8(static_cast<const std::uint8_t*>(dy) + src, dy_reader_.bf16_table(), dst, nw);
+              } else {
+                std::memcpy(dst, static_cast<const std::uint16_t*>(dy) + src,
+                            static_cast<std::size_t>(nw) * 2);
               }
             }
+            T* at_row = row + w0 * kpad_ + c0;
+            if constexpr (std::is_same_v<T, float>)
+              ks_.store_transposed(buf, false, kPixels, nc, nw, at_row, StoreType::f32, kpad_, false);
+            else
+              any |= ks_.transpose_bf16_pairs(buf, kPixels, nc, nw, at_row, kpad_);
           }
-          if (pairs && scan)
-            tiny[static_cast<std::size_t>(r)] = any;
-          else
-            scan_plane(r);
         }
-      });
-      return any_tiny();
+      }
+      return pairs && scan ? any : scan_plane();
     }
     dy_reader_.visit(dy, [&](auto get) {
-      parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t r = begin; r < end; ++r) {
-          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
-                             n = r / p_.dy_size[0] / p_.G;
-          T* plane = out + r * dy_d_;
-          zero_halo_rows(plane);
-          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
-            T* row = plane + oh * dy_h_ + dy_origin_;
-            zero_halo(row);
-            for (std::int64_t co = 0; co < kpad_; ++co) {
-              if (co >= p_.Cout_g) {
-                for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) put(row, ow * kpad_ + co, 0.0f);
-                continue;
-              }
-              const std::int64_t base = n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
-              for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
-                put(row, ow * kpad_ + co, get(base + ow * s[4]));
-            }
+      for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
+        T* row = plane + oh * dy_h_ + dy_origin_;
+        zero_halo(row);
+        for (std::int64_t co = 0; co < kpad_; ++co) {
+          if (co >= p_.Cout_g) {
+            for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) put(row, ow * kpad_ + co, 0.0f);
+            continue;
           }
-          scan_plane(r);
+          const std::int64_t base = n * s[0] + (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
+          for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
+            put(row, ow * kpad_ + co, get(base + ow * s[4]));
         }
-      });
+      }
     });
-    return any_tiny();
+    return scan_plane();
   }
 
   // convert_dy for split inputs (GemmConfig::split): per pixel and chunk of 32 output channels, their his
@@ -1128,7 +1244,7 @@ class GemmEngine final : public EngineImpl {
   // q0, every W phase. Tasks are numbered block by block (group, channel block), then by plane and row, so
   // a block's tasks are consecutive. tiny_dy: dy holds a bf16 value too small for vdpbf16ps. wblock: the
   // block's packed filter values.
-  void run_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch,
+  void run_task(std::int64_t t, const DyPlanes& dy, void* y, bool tiny_dy, TaskScratch& scratch,
                 const char* wblock) const {
     if (config_.flat) {
       run_flat_task(t, dy, y, tiny_dy, scratch, wblock);
@@ -1193,7 +1309,7 @@ class GemmEngine final : public EngineImpl {
         const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id), rd = D.phase_of(id);
         if (group.d_phase >= 0 && rd != group.d_phase) continue;
         const AxisPhase& PD = D.phases[static_cast<std::size_t>(rd)];
-        const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
+        const void* dy_ng = image_origin(dy, n, g);
         const auto [d_first, d_end] = D.valid_taps(PD, jd);
         for (std::int64_t ih = ih0; ih < ih1; ++ih) {
           const std::int64_t jh = H.j_of(ih), rh = H.phase_of(ih);
@@ -1231,7 +1347,7 @@ class GemmEngine final : public EngineImpl {
               const std::int64_t j0 = tiling.tiles[i].j0, iw0 = PW.first + W.stride * j0;
               const auto [first_tap, ntaps] = lists.lists[i];
               const TapRef* const taps = lists.taps.get() + first_tap;
-              const void* const dy_tile = tile_dy(dy_ng, jd, jh, j0);
+              const void* const dy_tile = tile_dy(dy_ng, jd - dy.first_plane, jh, j0);
               if (plane_direct) {
                 float* const at = static_cast<float*>(y) + y_at(n, c0, id, ih, iw0);
                 unsigned char& written_tile = row_written[i];
@@ -1294,7 +1410,7 @@ class GemmEngine final : public EngineImpl {
   // in steps of up to kAmxMaxM pixels. Blocks that need the exact kernels run them row by row (W borders
   // by lo/hi) into the same places. The region pixels with jw < the phase's count are stored: into a y
   // with contiguous channels after each tile, else row by row after the plane.
-  void run_flat_task(std::int64_t t, const void* dy, void* y, bool tiny_dy, TaskScratch& scratch,
+  void run_flat_task(std::int64_t t, const DyPlanes& dy, void* y, bool tiny_dy, TaskScratch& scratch,
                      const char* wblock) const {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), gb = t / tasks_per_block_,
                        q = t % tasks_per_block_, g = gb / nb;
@@ -1308,7 +1424,7 @@ class GemmEngine final : public EngineImpl {
     const int valid = static_cast<int>(std::min<std::int64_t>(cbw, p_.Cin_g - b.ci0));
     const std::int64_t n = q / D.in, id = q % D.in, jd = D.j_of(id);
     const AxisPhase& PD = D.phases[static_cast<std::size_t>(D.phase_of(id))];
-    const void* dy_ng = static_cast<const char*>(dy) + (n * dy_n_ + g * dy_g_ + dy_origin_) * elem_;
+    const void* dy_ng = image_origin(dy, n, g);
     const std::int64_t dh_taps = p_.kernel[0] * p_.kernel[1];
     const std::int64_t c0 = g * p_.Cin_g + b.ci0;  // the block's first channel of y
     const bool tile_stores = p_.y_strides[1] == 1 && !exact;
@@ -1332,7 +1448,7 @@ class GemmEngine final : public EngineImpl {
               const auto [j0, m] = even_part(PW.count, nblk, k);
               const std::int64_t ntaps =
                   build_taps(PD, PH, PW, jd, jh, 0, dh_taps, j0, m, false, wblock, tap_bytes, steps, taps);
-              fns[m](TileArgs{tile_dy(dy_ng, jd, jh, j0), dy_w_, dy_c_, taps, ntaps,
+              fns[m](TileArgs{tile_dy(dy_ng, jd - dy.first_plane, jh, j0), dy_w_, dy_c_, taps, ntaps,
                               reg + (jh * flat_width_ + j0) * cbw, cbw, false});
             }
           continue;
@@ -1344,7 +1460,7 @@ class GemmEngine final : public EngineImpl {
           if (!D.valid(td, jd)) continue;
           for (const AxisTap& th : PH.taps) {
             const std::int64_t tap_dh = (td.k * p_.kernel[1] + th.k) * p_.kernel[2];
-            const std::int64_t off_dh = (jd + td.off) * dy_d_ + th.off * dy_h_;
+            const std::int64_t off_dh = (jd - dy.first_plane + td.off) * dy_d_ + th.off * dy_h_;
             const auto& wt = PW.taps;
             if (wt.size() > 1 && config_.fuse_w) {
               taps[ntaps++] = {
@@ -1502,6 +1618,10 @@ class GemmEngine final : public EngineImpl {
   static std::int32_t reach(std::int64_t hi, std::int64_t last) {
     return hi == last ? kToTileEnd : static_cast<std::int32_t>(hi);
   }
+  // Where image n, group g's dy pixel (0, 0, 0) lies, planes counted from dy.first_plane.
+  const void* image_origin(const DyPlanes& dy, std::int64_t n, std::int64_t g) const {
+    return static_cast<const char*>(dy.base) + ((dy.window ? 0 : n * dy_n_ + g * dy_g_) + dy_origin_) * elem_;
+  }
   // The tile's first dy pixel (of y row (jd, jh), phase pixel j0) in dy_ng, the image and group's dy.
   const void* tile_dy(const void* dy_ng, std::int64_t jd, std::int64_t jh, std::int64_t j0) const {
     return static_cast<const char*>(dy_ng) + (jd * dy_d_ + jh * dy_h_ + j0 * dy_w_) * elem_;
@@ -1617,6 +1737,7 @@ class GemmEngine final : public EngineImpl {
   }
   std::unique_ptr<GemmEngine> exact_fallback_;  // set_exact_fallback
   std::int64_t tasks_per_block_ = 0;            // plane groups or rows
+  std::vector<std::int64_t> window_split_;      // window mode: thread i runs tasks [split[i], split[i + 1])
   std::int64_t tile_floats_ = 0;  // per-thread output staging: a tile, a y row or a group of y planes
   std::array<RowTiling, kMaxNv + 1> tilings_;  // per block width nv: the FMA (or exact) kernels' tiles
   RowTiling amx_tiling_;

@@ -24,6 +24,7 @@ struct GemmTuning {
   int blocks_inner =
       -1;               // 1: a row's or plane's channel blocks in turn, 0: block after block, -1: by the CPU
   bool share_w = true;  // W taps share their dy loads (SharedWTile) where the kernel set offers it
+  int dy_window = -1;   // 1: dy converted into a window per thread wherever allowed, 0: never, -1: by the CPU
 };
 
 // Every choice the engine makes for a problem on a CPU, decided in one step from the problem, the CPU's
@@ -82,6 +83,11 @@ struct GemmConfig {
   // Row tasks run plane after plane for each row index (D inner): where the kernel is one row tall in H and
   // taller in D, consecutive tasks then read the same dy rows for different D taps, from cache.
   bool d_inner = false;
+  // AMX row tasks of one group, channel blocks in turn: each thread takes a share of the tasks and converts
+  // the dy planes they reach into a window of its own (dy_window_planes planes, sliding along them) just
+  // before it needs them, instead of all of dy into the workspace beforehand.
+  bool dy_window = false;
+  std::int64_t dy_window_planes = 0;
   bool staged = false;  // tiles go to a staging buffer (a row or a plane), stored afterwards
   // Row tiles of full channel blocks go straight into y (fp32 with contiguous channels, not staged), except
   // AMX tiles, which always go through the staging tile.
