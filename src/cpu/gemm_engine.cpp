@@ -1325,8 +1325,9 @@ class GemmEngine final : public EngineImpl {
             if (zeroes) zero_y(W.in, p_.Cin_g, n, g * p_.Cin_g, id, ih, 0, 1, y);
             continue;
           }
-          // plane_direct: the row's flags
-          unsigned char* const row_written = written + ((q - q0) * H.in + ih) * row_tiles_;
+          // plane_direct: the row's flags (none otherwise: written is empty)
+          unsigned char* const row_written =
+              plane_direct ? written + ((q - q0) * H.in + ih) * row_tiles_ : nullptr;
           const auto [h_first, h_end] = H.valid_taps(PH, jh);
           const std::size_t slot = static_cast<std::size_t>((rd * H.stride + rh) * nb + gb % nb) % kRowSlots;
           const RowTaps& lists =
