@@ -260,8 +260,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   const std::int64_t dy_plane_bytes = saturating_mul(
       saturating_mul(c.hhalo_lo + p.dy_size[1] + c.hhalo_hi, c.halo_lo + p.dy_size[2] + c.halo_hi),
       saturating_mul(c.kpad, elem));
-  const bool window_allowed =
-      c.amx && !c.split && p.G == 1 && c.blocks_inner && !c.plane_mode && !c.flat && !c.d_inner;
+  const bool window_allowed = c.amx && p.G == 1 && c.blocks_inner && !c.plane_mode && !c.flat && !c.d_inner;
   c.dy_window = window_allowed &&
                 (tuning.dy_window >= 0
                      ? tuning.dy_window == 1

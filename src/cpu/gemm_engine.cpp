@@ -229,9 +229,13 @@ class GemmEngine final : public EngineImpl {
 
   void execute(const void* dy, void* y, void* workspace) const override {
     if (p_.N == 0) return;
-    if (config_.dy_window) {  // (never split, so no exact fallback)
-      // A tiny dy value found on the way: the call again, every task on the exact kernels.
-      if (run_windowed(dy, y, workspace, false)) run_windowed(dy, y, workspace, true);
+    if (config_.dy_window) {
+      if (exact_fallback_ && any_exact_block()) return exact_fallback_->execute(dy, y, workspace);
+      // A tiny (or, split, special) dy value found on the way: the call again, on the exact kernels or the
+      // fallback.
+      if (!run_windowed(dy, y, workspace, false)) return;
+      if (exact_fallback_) return exact_fallback_->execute(dy, y, workspace);
+      run_windowed(dy, y, workspace, true);
       return;
     }
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
@@ -1007,11 +1011,9 @@ class GemmEngine final : public EngineImpl {
 
   // dy into the workspace as [n][g][od][oh][ow][kpad] in the compute type, padding channels with zero (and,
   // for AMX, each row with halo pixels), a plane per task (convert_dy_plane). Returns whether bf16 dy holds a
-  // tiny value (tiny_bf16).
+  // tiny value (tiny_bf16), or a split value is special (convert_dy_split_plane).
   template <class T>
   bool convert_dy(const void* dy, T* out) const {
-    if constexpr (std::is_same_v<T, std::uint16_t>)
-      if (config_.split) return convert_dy_split(dy, out);
     std::vector<unsigned char> tiny(static_cast<std::size_t>(p_.N * p_.G * p_.dy_size[0]), 0);
     parallel_for(threads_, p_.N * p_.G * p_.dy_size[0], [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r)
@@ -1024,6 +1026,8 @@ class GemmEngine final : public EngineImpl {
   // whether it holds a tiny bf16 value (scanned as it is written).
   template <class T>
   bool convert_dy_plane(const void* dy, std::int64_t r, T* plane) const {
+    if constexpr (std::is_same_v<T, std::uint16_t>)
+      if (config_.split) return convert_dy_split_plane(dy, r, plane);
     const auto& s = p_.dy_strides;
     const bool scan = std::is_same_v<T, std::uint16_t> && p_.dy_dtype == DType::bf16;
     const auto scan_plane = [&] {
@@ -1168,63 +1172,55 @@ class GemmEngine final : public EngineImpl {
     return scan_plane();
   }
 
-  // convert_dy for split inputs (GemmConfig::split): per pixel and chunk of 32 output channels, their his
-  // then their los (split_parts), from values widened per pixel (contiguous channels), per block of 16
+  // convert_dy_plane for split inputs (GemmConfig::split): per pixel and chunk of 32 output channels, their
+  // his then their los (split_parts), from values widened per pixel (contiguous channels), per block of 16
   // channels x 256 pixels transposed to channel-last (contiguous W), or read one by one. Returns whether a
   // part is tiny or not finite (the call then runs the exact fallback).
-  bool convert_dy_split(const void* dy, std::uint16_t* out) const {
+  bool convert_dy_split_plane(const void* dy, std::int64_t r, std::uint16_t* plane) const {
     const auto& s = p_.dy_strides;
-    const std::int64_t planes = p_.N * p_.G * p_.dy_size[0];
     const bool widens = dy_reader_.widens(ks_);
     const bool by_pixel = widens && s[1] == 1, by_block = widens && s[4] == 1 && ks_.store_transposed;
-    std::vector<unsigned char> tiny(static_cast<std::size_t>(planes), 0);
+    constexpr std::int64_t kRows = 16, kPixels = 256;
+    std::vector<float> buf(static_cast<std::size_t>(std::max(p_.Cout_g, 2 * kRows * kPixels)));
+    float* const transposed = buf.data() + kRows * kPixels;
+    const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G, n = r / p_.dy_size[0] / p_.G;
+    bool special = false;  // a value not finite or with a tiny part
+    zero_halo_rows(plane);
     dy_reader_.visit(dy, [&](auto get) {
-      parallel_for(threads_, planes, [&](std::int64_t begin, std::int64_t end) {
-        constexpr std::int64_t kRows = 16, kPixels = 256;
-        std::vector<float> buf(static_cast<std::size_t>(std::max(p_.Cout_g, 2 * kRows * kPixels)));
-        float* const transposed = buf.data() + kRows * kPixels;
-        for (std::int64_t r = begin; r < end; ++r) {
-          bool special = false;  // a value not finite or with a tiny part
-          const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G,
-                             n = r / p_.dy_size[0] / p_.G;
-          zero_halo_rows(out + r * dy_d_);
-          for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
-            const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
-            std::uint16_t* row = out + r * dy_d_ + oh * dy_h_ + dy_origin_;
-            zero_halo(row);
-            if (p_.Cout_g % 32 != 0)  // the last chunk's padding channels
-              for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
-                std::fill(row + ow * kpad_ + (kpad_ - 64), row + (ow + 1) * kpad_, std::uint16_t{0});
-            if (by_block && !by_pixel) {
-              for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
-                const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
-                for (std::int64_t c0 = 0; c0 < p_.Cout_g; c0 += kRows) {
-                  const std::int64_t nc = std::min(kRows, p_.Cout_g - c0);
-                  for (std::int64_t c = 0; c < nc; ++c)
-                    dy_reader_.widen(ks_, dy, at + (c0 + c) * s[1] + w0, nw, buf.data() + c * kPixels);
-                  ks_.store_transposed(buf.data(), false, kPixels, nc, nw, transposed, StoreType::f32, kRows,
-                                       false);
-                  for (std::int64_t w = 0; w < nw; ++w)
-                    special |= split_dy_run(transposed + w * kRows, c0, nc, row + (w0 + w) * kpad_);
-                }
-              }
-              continue;
-            }
-            for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
-              const std::int64_t px = at + ow * s[4];
-              if (by_pixel)
-                dy_reader_.widen(ks_, dy, px, p_.Cout_g, buf.data());
-              else
-                for (std::int64_t co = 0; co < p_.Cout_g; ++co)
-                  buf[static_cast<std::size_t>(co)] = get(px + co * s[1]);
-              special |= split_dy_run(buf.data(), 0, p_.Cout_g, row + ow * kpad_);
+      for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
+        const std::int64_t at = n * s[0] + g * p_.Cout_g * s[1] + od * s[2] + oh * s[3];
+        std::uint16_t* row = plane + oh * dy_h_ + dy_origin_;
+        zero_halo(row);
+        if (p_.Cout_g % 32 != 0)  // the last chunk's padding channels
+          for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
+            std::fill(row + ow * kpad_ + (kpad_ - 64), row + (ow + 1) * kpad_, std::uint16_t{0});
+        if (by_block && !by_pixel) {
+          for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
+            const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
+            for (std::int64_t c0 = 0; c0 < p_.Cout_g; c0 += kRows) {
+              const std::int64_t nc = std::min(kRows, p_.Cout_g - c0);
+              for (std::int64_t c = 0; c < nc; ++c)
+                dy_reader_.widen(ks_, dy, at + (c0 + c) * s[1] + w0, nw, buf.data() + c * kPixels);
+              ks_.store_transposed(buf.data(), false, kPixels, nc, nw, transposed, StoreType::f32, kRows,
+                                   false);
+              for (std::int64_t w = 0; w < nw; ++w)
+                special |= split_dy_run(transposed + w * kRows, c0, nc, row + (w0 + w) * kpad_);
             }
           }
-          tiny[static_cast<std::size_t>(r)] = special;
+          continue;
         }
-      });
+        for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow) {
+          const std::int64_t px = at + ow * s[4];
+          if (by_pixel)
+            dy_reader_.widen(ks_, dy, px, p_.Cout_g, buf.data());
+          else
+            for (std::int64_t co = 0; co < p_.Cout_g; ++co)
+              buf[static_cast<std::size_t>(co)] = get(px + co * s[1]);
+          special |= split_dy_run(buf.data(), 0, p_.Cout_g, row + ow * kpad_);
+        }
+      }
     });
-    return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
+    return special;
   }
 
   // Channels [c0, c0 + n) of one converted dy pixel (split): hi and lo parts into their chunks' halves.
