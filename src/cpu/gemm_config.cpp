@@ -248,12 +248,12 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // in half a core's L2: dy converted beforehand, by all threads in turn, is then read from the other core's
   // cache or from L3 (written back on the way) by tasks that either thread may run, and the pass itself is
   // one more join. The window holds the most dy planes one y plane's D taps reach. Xeon with AMX (2 MiB L2),
-  // bf16, 2 threads, paired against converting beforehand, three runs: channels_last unet16 0.85-0.91x the
-  // time, unet32 0.90-0.95x, k133 0.92-0.95x, down_s2 0.95-0.99x, down16_s2 0.82-0.84x, g 0.79-0.82x, unet_up
-  // 0.89-0.93x; b, c, k1s2, n2c96 within noise; NCDHW c 0.88x, g 0.80x, unet16 0.89x, k133 0.90x, down_s2
-  // 0.92x; HiFloat8 and FP8 channels_last unet16 0.90-0.92x, k133 0.94x; split fp16 (planes twice as large:
-  // windows for unet_up and g only) 0.92-0.97x. On one thread it gained nothing (0.98-1.06x), nor for flat
-  // planes (suite f 1.03x).
+  // bf16, 2 threads, paired against converting beforehand, channels_last, four runs: unet16 0.85-0.91x the
+  // time, unet32 0.90-0.95x, k133 0.92-0.97x, down_s2 0.95-0.99x, down16_s2 0.82-0.84x, g 0.79-0.82x, unet_up
+  // 0.89-0.93x; b, c, k1s2, n2c96 within noise. One run each: NCDHW c 0.88x, g 0.80x, unet16 0.89x, k133
+  // 0.90x, down_s2 0.92x; HiFloat8 and FP8 channels_last unet16 0.90-0.92x, k133 0.94x; split fp16 (planes
+  // twice as large: windows for unet_up and g only) 0.92-0.97x. On one thread (one run) unet_up 0.90x but
+  // unet16, c and g 1.06x, the rest 0.98-1.03x; flat planes (suite f) 1.03x.
   std::int64_t window_planes = 1;
   for (const AxisPhase& ph : axes[0].phases)
     if (!ph.taps.empty())

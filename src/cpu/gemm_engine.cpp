@@ -104,7 +104,7 @@ class GemmEngine final : public EngineImpl {
       dy_w_ = kpad_;
       dy_h_ = flat_width_ * dy_w_;
       dy_origin_ = config.hhalo_lo * dy_h_ + config.halo_lo * dy_w_;
-      dy_d_ = (config.hhalo_lo + p.dy_size[1] + config.hhalo_hi) * dy_h_;
+      dy_d_ = converted_plane_elements();
       dy_g_ = p.dy_size[0] * dy_d_;
       dy_n_ = p.G * dy_g_;
     }
@@ -169,11 +169,17 @@ class GemmEngine final : public EngineImpl {
 
   std::size_t workspace_bytes() const override { return static_cast<std::size_t>(memory().workspace); }
 
+  // Elements of a converted dy plane: its rows (with the flat planes' halo rows) of flat_width_ pixels.
+  std::int64_t converted_plane_elements() const {
+    return saturating_mul(saturating_mul(config_.hhalo_lo + p_.dy_size[1] + config_.hhalo_hi, flat_width_),
+                          kpad_);
+  }
   // A thread's window of converted dy planes (GemmConfig::dy_window), 64-byte aligned within the workspace.
   std::int64_t window_bytes() const {
-    const std::int64_t plane = saturating_mul(saturating_mul(p_.dy_size[1], flat_width_), kpad_);
-    return saturating_add(saturating_mul(saturating_mul(config_.dy_window_planes, plane), elem_), 128) / 64 *
-           64;
+    return saturating_add(
+               saturating_mul(saturating_mul(config_.dy_window_planes, converted_plane_elements()), elem_),
+               128) /
+           64 * 64;
   }
 
   // From the problem and the configuration alone, before anything is allocated.
@@ -187,14 +193,9 @@ class GemmEngine final : public EngineImpl {
       tables = saturating_add(
           tables, saturating_add(saturating_mul(p.stride[a], 64), saturating_mul(p.kernel[a], 24)));
     // Flat tiles of the last plane read up to a padded row (plus the taps' reach) past its end.
-    const std::int64_t dy_elements = saturating_add(
-        saturating_mul(
-            saturating_mul(p.N * p.G, p.dy_size[0]),
-            saturating_mul(config_.hhalo_lo + p.dy_size[1] + config_.hhalo_hi,
-                           saturating_mul(config_.halo_lo + p.dy_size[2] + config_.halo_hi, kpad_))),
-        config_.flat
-            ? saturating_mul(2 * (config_.halo_lo + p.dy_size[2] + config_.halo_hi) + 2 * kAmxMaxM, kpad_)
-            : 0);
+    const std::int64_t dy_elements =
+        saturating_add(saturating_mul(saturating_mul(p.N * p.G, p.dy_size[0]), converted_plane_elements()),
+                       config_.flat ? saturating_mul(2 * flat_width_ + 2 * kAmxMaxM, kpad_) : 0);
     const std::int64_t workspace = config_.direct_dy ? 0
                                    : config_.dy_window
                                        ? saturating_mul(threads_, window_bytes())
@@ -329,15 +330,13 @@ class GemmEngine final : public EngineImpl {
             }
           if (need_lo <= need_hi && (n != image || need_lo < lo || need_hi > hi)) {
             // Forward, the window starts at the first plane needed; backward (taken from another's share), it
-            // ends at the last.
+            // ends at the last (either way it holds the planes needed: at most span of them).
             const bool back = n == image && need_lo < lo;
-            const std::int64_t new_lo = back
-                                            ? std::min(need_lo, std::max<std::int64_t>(0, need_hi - span + 1))
-                                            : need_lo,
-                               new_hi =
-                                   back ? need_hi : std::max(need_hi, std::min(need_lo + span, D.out) - 1);
-            const std::int64_t keep_lo = n == image ? std::max(lo, new_lo) : 1,
-                               keep_hi = n == image ? std::min(hi, new_hi) : 0;
+            const std::int64_t new_lo = back ? std::max<std::int64_t>(0, need_hi - span + 1) : need_lo,
+                               new_hi = back ? need_hi : std::min(need_lo + span, D.out) - 1;
+            // The planes held already (none of another image) move to their new places.
+            const std::int64_t keep_lo = std::max(lo, new_lo),
+                               keep_hi = n == image ? std::min(hi, new_hi) : -1;
             if (keep_lo <= keep_hi)
               std::memmove(window + (keep_lo - new_lo) * dy_d_, window + (keep_lo - lo) * dy_d_,
                            static_cast<std::size_t>((keep_hi - keep_lo + 1) * dy_d_ * elem_));
@@ -355,7 +354,7 @@ class GemmEngine final : public EngineImpl {
                take(shares[static_cast<std::size_t>((th + k) % threads_)], false, begin, end);)
             run(begin);
         tiny[static_cast<std::size_t>(th)] = any;
-        if (config_.amx) amx_release();
+        amx_release();  // window mode is AMX only
       }
     });
     return std::find(tiny.begin(), tiny.end(), 1) != tiny.end();
