@@ -18,6 +18,7 @@
 #include "cpu/gemm_engine.hpp"
 #include "cpu/geometry.hpp"
 #include "cpu/kernels.hpp"
+#include "cpu/peak.hpp"
 #include "cpu/pixel_engine.hpp"
 #include "cpu/pointwise_engine.hpp"
 #include "cpu/stream_engine.hpp"
@@ -2699,6 +2700,28 @@ TEST(CpuKernels, PeakProbesCountTheMultiplyAddsTheyDo) {
     }
   }
   if (probes_checked == 0) GTEST_SKIP() << "this CPU has none of the probed instruction sets";
+}
+
+// The tile loops run the kernels over the reductions they count: every product is 2^-40 and the calls
+// accumulate into one tile, so its values sum to (products) x 2^-40 exactly; flops are twice the products.
+// The filter in L1 or streaming from L2 does the same work.
+TEST(CpuKernels, TileLoopsCountTheMultiplyAddsTheyDo) {
+  const CpuModel& cpu = host_cpu_model();
+  std::size_t loops = 0;
+  for (std::int64_t flops = 0; cpu::run_tile_loop(cpu, loops, true, 1, &flops, nullptr); ++loops) {
+    for (const bool in_l1 : {true, false})
+      for (const std::int64_t rounds : {1, 3, 1000}) {
+        double accumulated = -1;
+        ASSERT_TRUE(cpu::run_tile_loop(cpu, loops, in_l1, rounds, &flops, &accumulated));
+        EXPECT_GT(flops, 0) << "loop " << loops;
+        EXPECT_EQ(static_cast<double>(flops), 2 * accumulated * 0x1p40)
+            << "loop " << loops << (in_l1 ? ", filter in L1, " : ", filter from L2, ") << rounds << " rounds";
+        std::int64_t twice = 0;
+        ASSERT_TRUE(cpu::run_tile_loop(cpu, loops, in_l1, 2 * rounds, &twice, nullptr));
+        EXPECT_EQ(twice, 2 * flops) << "loop " << loops;
+      }
+  }
+  if (loops == 0) GTEST_SKIP() << "this CPU has none of the instruction sets with tile loops";
 }
 
 // The phase decomposition reaches exactly the (kernel index, dy index) pairs of the definition.

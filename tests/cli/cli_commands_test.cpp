@@ -334,6 +334,39 @@ TEST(Peak, JsonRowsForEachInstructionTheCpuAllows) {
   }
 }
 
+// --tile-loops: after the peaks, a row per tile loop (a kernel set the CPU allows), filter in L1 and from L2,
+// on 1 and 2 threads, each with its share of the same instruction's peak; without the flag, none.
+TEST(Peak, TileLoopRowsFollowThePeaksWithTheirShares) {
+  const ProcessResult r = run_cli({"peak", "--threads", "2", "--seconds", "0.01", "--tile-loops", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, int> loops_by_isa;
+  std::size_t peaks = 0, loops = 0, start = 0;
+  for (std::size_t end; (end = r.out.find('\n', start)) != std::string::npos; start = end + 1) {
+    const auto obj = parse_flat_json(r.out.substr(start, end - start));
+    if (obj.count("instruction")) {
+      EXPECT_EQ(loops, 0u) << "a peak after the tile loops in " << r.out;
+      ++peaks;
+      continue;
+    }
+    ASSERT_TRUE(obj.count("tile") && obj.count("filter") && obj.count("of_peak") && obj.count("threads"))
+        << r.out;
+    ++loops;
+    ++loops_by_isa[std::get<std::string>(obj.at("isa"))];
+    const std::string filter = std::get<std::string>(obj.at("filter"));
+    EXPECT_TRUE(filter == "L1" || filter == "L2") << filter;
+    // A tile also loads its operands: above its instruction's peak only by the noise of two measurements.
+    const double share = std::get<double>(obj.at("of_peak"));
+    EXPECT_TRUE(share > 0 && share < 2) << std::get<std::string>(obj.at("tile")) << ": " << share;
+  }
+  EXPECT_EQ(start, r.out.size()) << "unterminated line in " << r.out;
+  for (const Isa isa : {Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx_bf16})
+    EXPECT_EQ(loops_by_isa[to_string(isa)], cpu_supports(isa) ? 4 : 0) << to_string(isa) << " in " << r.out;
+  if (peaks == 0) GTEST_SKIP() << "no instruction set with a peak probe on this CPU";
+  const ProcessResult plain = run_cli({"peak", "--threads", "2", "--seconds", "0.01", "--json"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("\"tile\""), std::string::npos) << plain.out;
+}
+
 TEST(Demo, QuickDemoPassesItsCheck) {
   const ProcessResult r = run_cli({"demo", "--quick", "--threads", "2"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
