@@ -20,6 +20,15 @@ TEST(CpuModel, ClassifiesKnownMicroarchitectures) {
   EXPECT_EQ(classify_cpu("HygonGenuine", 0x18, 0x01, true), Uarch::other);
 }
 
+// Narrower fp32 blocks whose tiles share W taps' dy loads: measured on Intel cores only.
+TEST(CpuModel, NarrowBlocksSharingWTapsOnlyWhereMeasured) {
+  EXPECT_TRUE(shared_w_over_wide(Uarch::intel_avx512));
+  EXPECT_FALSE(shared_w_over_wide(Uarch::amd_zen4));
+  EXPECT_FALSE(shared_w_over_wide(Uarch::amd_zen5));
+  EXPECT_FALSE(shared_w_over_wide(Uarch::other));
+  EXPECT_EQ(host_cpu_model().shared_w_over_wide, shared_w_over_wide(host_cpu_model().uarch));
+}
+
 TEST(CpuModel, Bf16DotProductsOnlyWhereTheyOutrunFma) {
   EXPECT_LT(bf16_dot_rate(Uarch::intel_avx512), 1.0);
   EXPECT_GT(bf16_dot_rate(Uarch::amd_zen4), 1.0);

@@ -9,9 +9,12 @@
 namespace conv3d_dx::testing {
 namespace {
 
+// This CPU with another L2, its fp32 blocks as wide as the kernel set prefers (not narrowed to share W taps,
+// which NarrowBlocksShareWTapsWhereTheCpuPrefersIt tests).
 CpuModel with_l2(std::int64_t l2_bytes) {
   CpuModel cpu = host_cpu_model();
   cpu.l2_bytes = l2_bytes;
+  cpu.shared_w_over_wide = false;
   return cpu;
 }
 
@@ -261,7 +264,8 @@ TEST_F(GemmConfigTest, WTapsShareDyLoadsWhereTheTilesExist) {
   Case c;
   c.Cin = c.Cout = 32;
   c.kernel = {1, 1, 3};
-  const CpuModel cpu = host_cpu_model();
+  CpuModel cpu = host_cpu_model();
+  cpu.shared_w_over_wide = false;  // blocks as wide as the kernel set prefers (the test below: narrowed)
   const auto config = [&](const Case& k, Isa isa = Isa::avx512, const cpu::GemmTuning& t = {}) {
     return cpu::gemm_config(problem_of(k), cpu, isa, 2, t);
   };
@@ -425,6 +429,63 @@ TEST_F(GemmConfigTest, TuningOverridesAndDescription) {
   for (const char* part :
        {"channel blocks of 32", "tiles up to 3 pixels", "tap groups of up to 2", "L2 budgets"})
     EXPECT_NE(d.find(part), std::string::npos) << d;
+}
+
+}  // namespace
+}  // namespace conv3d_dx::testing
+
+namespace conv3d_dx::testing {
+namespace {
+
+// On CPUs whose table prefers shared W tiles (Intel's), fp32 blocks narrow to 2 vectors where a phase's W
+// taps can share their dy loads, unless the W phases are shorter than the shared tiles or the output
+// channels fewer than 16; never for bf16 pairs, when the blocks are tuned, or on CPUs that do not prefer it.
+TEST_F(GemmConfigTest, NarrowBlocksShareWTapsWhereTheCpuPrefersIt) {
+  Case a;  // suite a's kind: 64 channels, 3 x 3 x 3, stride 1
+  a.Cin = a.Cout = 64;
+  a.in = {3, 6, 24};
+  a.pad_front = a.pad_back = {1, 1, 1};
+  CpuModel intel = host_cpu_model(), other = intel;
+  intel.shared_w_over_wide = true;
+  other.shared_w_over_wide = false;
+  const auto config = [](const Case& k, const CpuModel& cpu, Isa isa = Isa::avx512,
+                         const cpu::GemmTuning& t = {}) {
+    return cpu::gemm_config(problem_of(k), cpu, isa, 2, t);
+  };
+  const auto narrowed = config(a, intel);
+  EXPECT_EQ(narrowed.nv, 2) << narrowed.describe();
+  EXPECT_TRUE(narrowed.share_w) << narrowed.describe();
+  const auto wide = config(a, other);
+  EXPECT_EQ(wide.nv, 4) << wide.describe();
+  EXPECT_FALSE(wide.share_w) << wide.describe();
+  Case stride2 = a;  // phases of 2 and 1 taps, 12 pixels each
+  stride2.stride = {2, 2, 2};
+  EXPECT_EQ(config(stride2, intel).nv, 2);
+  Case short_rows = a;  // W phases of 6 pixels: narrower than the shared tiles
+  short_rows.in = {3, 6, 6};
+  EXPECT_EQ(config(short_rows, intel).nv, 4);
+  Case few = a;  // 8 output channels per tap
+  few.Cout = 8;
+  EXPECT_EQ(config(few, intel).nv, 4);
+  Case one_tap = a;  // no phase with more than one W tap: nothing to share
+  one_tap.kernel = {3, 3, 1};
+  one_tap.pad_front = one_tap.pad_back = {1, 1, 0};
+  EXPECT_EQ(config(one_tap, intel).nv, 4);
+  cpu::GemmTuning four;
+  four.nv = 4;
+  EXPECT_EQ(config(a, intel, Isa::avx512, four).nv, 4);
+  cpu::GemmTuning off;
+  off.share_w = false;
+  EXPECT_EQ(config(a, intel, Isa::avx512, off).nv, 4);
+  if (cpu_supports(Isa::avx512_bf16)) {
+    const auto pairs = config(with_dtype(a, DType::bf16), intel, Isa::avx512_bf16);
+    EXPECT_EQ(pairs.nv, 4);
+    EXPECT_FALSE(pairs.share_w);
+  }
+  EXPECT_EQ(config(with_dtype(a, DType::bf16), intel).nv, 2);  // bf16 widened to fp32
+  if (cpu_supports(Isa::avx2)) {
+    EXPECT_FALSE(config(a, intel, Isa::avx2).share_w);
+  }
 }
 
 }  // namespace

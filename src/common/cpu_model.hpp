@@ -23,6 +23,10 @@ struct CpuModel {
   // runs at the FMA instruction rate and does twice the flops (2.0).
   double bf16_dot_rate = 1.0;
   bool has_bf16_dot = false;  // the CPU has vdpbf16ps (avx512_bf16): only then is the rate worth printing
+  // fp32 FMA tiles: where a phase's W taps can share their dy loads, blocks narrowed to the widest that have
+  // shared tiles (2 vectors on AVX-512) beat wider blocks loading a dy value per tap (from the table: Intel
+  // cores; not measured on AMD's).
+  bool shared_w_over_wide = false;
   std::int64_t l1d_bytes = 32 << 10;  // per core
   std::int64_t l2_bytes = 1 << 20;    // per core
 
@@ -36,6 +40,8 @@ const char* to_string(Uarch);
 Uarch classify_cpu(const std::string& vendor, unsigned family, unsigned model, bool avx512);
 // The relative vdpbf16ps rate of a microarchitecture.
 double bf16_dot_rate(Uarch);
+// Whether its fp32 tiles take narrower blocks to share W taps' dy loads (CpuModel::shared_w_over_wide).
+bool shared_w_over_wide(Uarch);
 // This machine's model, detected once.
 const CpuModel& host_cpu_model();
 

@@ -67,8 +67,41 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
     tile_steps = saturating_mul(tile_steps, phase_taps[a]);
   }
   const Axis &h_axis = axes[1], &w_axis = axes[2];
+  // The W taps of a phase, in packed order (decreasing k), read consecutive dy pixels when consecutive taps
+  // are one dy pixel apart (dilation divides stride).
+  bool w_taps_adjacent = true;
+  std::size_t most_w_taps = 0;
+  for (const AxisPhase& ph : w_axis.phases) {
+    most_w_taps = std::max(most_w_taps, ph.taps.size());
+    for (std::size_t t = 1; t < ph.taps.size(); ++t)
+      if (ph.taps[t - 1].off != ph.taps[t].off + 1) w_taps_adjacent = false;
+  }
+  // The widest fp32 blocks whose tiles can share a (kd, kh) pair's W taps' dy loads (SharedWTile): the
+  // kernel set has shared tiles for the tap count of every phase with more than one; 0 where none can.
+  int shared_nv = 0;
+  if (tuning.share_w && !c.bf16 && w_taps_adjacent && most_w_taps > 1 &&
+      most_w_taps <= static_cast<std::size_t>(kMaxSharedWTaps))
+    for (int v = 1; v <= kMaxNv; ++v) {
+      bool all = true;
+      for (const AxisPhase& ph : w_axis.phases)
+        if (ph.taps.size() > 1 && ks.shared_w_max_m[ph.taps.size()][v] == 0) all = false;
+      if (all) shared_nv = v;
+    }
   const int widest_nv = c.split ? 1 : c.amx ? 2 : ks.widest_nv();
-  const int nv = std::min(tuning.nv > 0 ? tuning.nv : ks.nv_for_reduction(tile_steps), widest_nv);
+  int nv = std::min(tuning.nv > 0 ? tuning.nv : ks.nv_for_reduction(tile_steps), widest_nv);
+  // Where the CPU's table prefers them, blocks narrow to the widest with shared tiles, which load a third as
+  // much per FMA (10 x 2 tiles sharing three taps: 18 loads per 60 FMAs, 6 x 4 single-tap tiles 10 per 24).
+  // Xeon with AMX (model 167), fp32, 2 threads, paired calls against 4-vector blocks: channels_last a
+  // 0.95-0.98x the time, vae 0.93-0.95x, d 0.95x, deep256 0.96-0.98x, k4s2 0.95-0.98x; NCDHW a 0.86x, k4s2
+  // 0.91x, d 0.96x, vae and deep256 0.95-0.97x; b, n2c96, down_s2, k133 within noise. Not where a tile's
+  // fixed costs weigh more: W phases shorter than the shared tiles (e, rows of 6: 1.10x the time) or fewer
+  // than 16 output channels per tap (c, 3: 1.10x channels_last).
+  std::int64_t shortest_phase = p.y_size[2];
+  for (const AxisPhase& ph : w_axis.phases)
+    if (ph.count > 0) shortest_phase = std::min(shortest_phase, ph.count);
+  if (tuning.nv <= 0 && cpu.shared_w_over_wide && shared_nv > 0 && p.Cout_g >= 16 &&
+      shortest_phase >= ks.shared_w_max_m[most_w_taps][shared_nv])
+    nv = std::min(nv, shared_nv);
   // Unless tuned, blocks as equal as the channels allow (6 vectors as 3 + 3 rather than 4 + 2, 9 as 3 + 3 +
   // 3 rather than 4 + 4 + 1), so every block's tasks cost about the same and threads that take whole blocks
   // finish together. Xeon without AMX (Ice Lake), fp32, n2c96 (96 channels, its 2 blocks on 2 threads),
@@ -99,24 +132,15 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
                          : p.dy_dtype == DType::f32 && p.input_rounding == InputRounding::none &&
                                (s[1] == 1 || (p.Cout_g >= 16 && !aliased_channels && strided_fit_l1));
 
-  // The W taps of a phase, in packed order (decreasing k), read consecutive dy pixels; they fuse into one
-  // reduction when consecutive taps are one dy pixel apart (dilation divides stride) and a pixel's
-  // reduction channels are followed by the next pixel's.
+  // A phase's W taps fuse into one reduction when they read consecutive dy pixels (w_taps_adjacent) and a
+  // pixel's reduction channels are followed by the next pixel's.
   const bool pixels_follow = !c.direct_dy || (s[4] == kpad && (c.bf16 || s[1] == 1));
-  bool w_taps_adjacent = true;
-  std::size_t most_w_taps = 0;
-  for (const AxisPhase& ph : w_axis.phases) {
-    most_w_taps = std::max(most_w_taps, ph.taps.size());
-    for (std::size_t t = 1; t < ph.taps.size(); ++t)
-      if (ph.taps[t - 1].off != ph.taps[t].off + 1) w_taps_adjacent = false;
-  }
   c.fuse_w = tuning.fuse_w && pixels_follow && w_taps_adjacent;
   // The fp32 FMA tiles share dy loads between a (kd, kh) pair's W taps where the taps are one dy pixel apart
   // and the kernel set has shared tiles for the tap count of every phase with more than one and for the
   // block widths (a pair's taps need not fuse: each tap's channels are read with their own stride); phases
   // of one tap keep the single-tap tiles. Tiles are then as wide as the narrowest of those allows.
-  bool share = tuning.share_w && !c.bf16 && w_taps_adjacent && most_w_taps > 1 &&
-               most_w_taps <= static_cast<std::size_t>(kMaxSharedWTaps);
+  bool share = shared_nv > 0;
   int shared_m[kMaxNv + 1] = {};
   for (int v = 1; v <= c.nv && share; ++v) {
     shared_m[v] = c.max_m[v];
