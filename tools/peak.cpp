@@ -22,7 +22,8 @@ AMX tdpbf16ps) on one thread and on T threads at once. GFLOP/s is the best of th
 a run down). Benchmark shares of peak are taken against these; they move with the clock, so measure them
 next to the benchmark they are compared with.
 
---tile-loops also times the engines' own widest tile of each of those instruction sets in a loop, dy in L1
+--tile-loops also times the engines' own widest tile of each of those instruction sets (on AVX-512 also
+the widest tile sharing three W taps' dy loads, which Intel cores take for such kernels) in a loop, dy in L1
 and the filter either in L1 or streaming from L2 (a filter of a quarter of L2, each tap its own slice),
 with its share of the instruction's peak on as many threads: the most a tile reaches on this CPU with its
 operands that close (loads compete with the multiply-adds), against which an engine's share of peak is
@@ -85,7 +86,7 @@ int peak_command(const std::vector<std::string>& argv) {
   }
   if (!args.has("--tile-loops")) return 0;
   if (!json)
-    std::printf("\n%-44s %-12s %6s %7s %10s %8s\n", "tile loop", "isa", "filter", "threads", "GFLOP/s",
+    std::printf("\n%-52s %-12s %6s %7s %10s %8s\n", "tile loop", "isa", "filter", "threads", "GFLOP/s",
                 "of_peak");
   for (const cpu::TileLoopRate& r : cpu::measure_tile_loops(cpu, threads, seconds)) {
     // The peak of the tile's instruction on as many threads, measured above.
@@ -100,7 +101,7 @@ int peak_command(const std::vector<std::string>& argv) {
           json_string(r.tile).c_str(), to_string(r.isa), filter, r.threads, r.gflops,
           peak > 0 ? r.gflops / peak : 0.0, json_string(cpu.name).c_str(), to_string(cpu.uarch));
     else
-      std::printf("%-44s %-12s %6s %7d %10.1f %8.2f\n", r.tile.c_str(), to_string(r.isa), filter, r.threads,
+      std::printf("%-52s %-12s %6s %7d %10.1f %8.2f\n", r.tile.c_str(), to_string(r.isa), filter, r.threads,
                   r.gflops, peak > 0 ? r.gflops / peak : 0.0);
     std::fflush(stdout);
   }

@@ -81,13 +81,15 @@ void measure(const Probe& probe, int threads, double seconds, Report report) {
 }
 
 // A tile loop: a kernel set's widest tile, m pixels x nv vectors of `lanes` channels, over reduction steps of
-// one channel (fp32) or a channel pair (bf16 pairs: vdpbf16ps and AMX tiles).
+// one channel (fp32) or a channel pair (bf16 pairs: vdpbf16ps and AMX tiles); w_taps > 1: a SharedWTile over
+// that many W taps per list entry.
 struct TileLoop {
   std::string name;
   Isa isa;
   TileFn fn;
   int m, nv, lanes;
   bool pairs, amx;
+  int w_taps = 1;
 };
 
 std::vector<TileLoop> tile_loops() {
@@ -100,7 +102,18 @@ std::vector<TileLoop> tile_loops() {
                      isa, fns[nv][m], m, nv, ks.lanes, pairs, false});
   };
   if (cpu_supports(Isa::avx2)) widest(avx2_kernels(), Isa::avx2, avx2_kernels().f32, false);
-  if (cpu_supports(Isa::avx512)) widest(avx512_kernels(), Isa::avx512, avx512_kernels().f32, false);
+  if (cpu_supports(Isa::avx512)) {
+    const KernelSet& ks = avx512_kernels();
+    widest(ks, Isa::avx512, ks.f32, false);
+    // The widest tile sharing three W taps' dy loads, which Intel cores take instead (shared_w_over_wide).
+    for (int nv = kMaxNv; nv >= 1; --nv)
+      if (const int m = ks.shared_w_max_m[3][nv]; m > 0) {
+        loops.push_back({"fp32 FMA sharing 3 W taps, " + std::to_string(m) + " pixels x " +
+                             std::to_string(nv * ks.lanes) + " channels",
+                         Isa::avx512, ks.f32_shared_w[3][nv][m], m, nv, ks.lanes, false, false, 3});
+        break;
+      }
+  }
   if (cpu_supports(Isa::avx512_bf16)) widest(avx512_kernels(), Isa::avx512_bf16, avx512_kernels().bf16, true);
   if (cpu_supports(Isa::amx_bf16))
     loops.push_back({"AMX 2 x 2 tiles, " + std::to_string(kAmxMaxM) + " pixels x 32 channels", Isa::amx_bf16,
@@ -117,11 +130,12 @@ class TileLoopData {
 
   TileLoopData(const CpuModel& cpu, const TileLoop& loop, bool filter_in_l1) : loop_(loop) {
     const std::int64_t step_bytes = std::int64_t{loop.nv} * loop.lanes * 4;  // an fp32 or a bf16 pair each
-    const std::int64_t slice = kSteps * step_bytes;
+    const std::int64_t slice = kSteps * step_bytes * loop.w_taps;
     const std::int64_t span =
         std::max(std::min<std::int64_t>(cpu.l2_bytes / 4, 512 << 10), 4 * cpu.l1d_bytes);
     const std::int64_t ntaps = std::max<std::int64_t>(1, span / slice);
-    const std::int64_t dy_elements = loop.m * kSteps * (loop.pairs ? 2 : 1);
+    const int dy_pixels = loop.m + loop.w_taps - 1;  // a shared tile's taps reach w_taps - 1 pixels further
+    const std::int64_t dy_elements = dy_pixels * kSteps * (loop.pairs ? 2 : 1);
     w_ = alloc_zeroed64(static_cast<std::size_t>((filter_in_l1 ? 1 : ntaps) * slice), "tile loop filter");
     dy_ = alloc_zeroed64(static_cast<std::size_t>(dy_elements * (loop.pairs ? 2 : 4)), "tile loop dy");
     tile_ = alloc_zeroed64(static_cast<std::size_t>(loop.m * loop.nv * loop.lanes * 4), "tile loop tile");
@@ -129,8 +143,9 @@ class TileLoopData {
     fill(dy_.get(), dy_elements * (loop.pairs ? 2 : 4));
     for (std::int64_t t = 0; t < ntaps; ++t)
       taps_.push_back(
-          {0, static_cast<const char*>(w_.get()) + (filter_in_l1 ? 0 : t * slice), kSteps, 0, loop.m});
-    flops_per_call_ = 2 * std::int64_t{loop.m} * loop.nv * loop.lanes * kSteps * (loop.pairs ? 2 : 1) * ntaps;
+          {0, static_cast<const char*>(w_.get()) + (filter_in_l1 ? 0 : t * slice), kSteps, 0, dy_pixels});
+    flops_per_call_ =
+        2 * std::int64_t{loop.m} * loop.nv * loop.lanes * kSteps * (loop.pairs ? 2 : 1) * loop.w_taps * ntaps;
   }
 
   // `rounds` calls, the first from a zero tile and the rest accumulating; the flops done.
