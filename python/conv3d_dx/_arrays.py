@@ -141,10 +141,38 @@ def mark_written(out: Any) -> None:
         torch.autograd.graph.increment_version(out)
 
 
-# Torch results from this size on ask for transparent huge pages, as numpy arrays do (_core.advise_huge_pages);
-# CONV3D_DX_MADVISE_HUGEPAGE=0 in the environment turns it off, as NUMPY_MADVISE_HUGEPAGE=0 does numpy's.
+# Torch results from this size on ask for transparent huge pages (_core.advise_huge_pages) where Linux gives
+# advised memory a huge page only when one is free: its THP defrag setting is "defer" or "never". Under
+# "always", "madvise" (a common default) or "defer+madvise", a fault in advised memory compacts memory
+# first whenever no huge page is free, and the call waits for it: Xeon VM under "madvise", a new 16 MiB y
+# took 37-98 ms in each of the first 8 calls advised against 7 ms not (1.7 ms for both once the allocator
+# reused its memory), and a 64 MiB y, mapped anew by every call, 34-37 ms (median) with calls of 53-70 ms
+# advised against a steady 32-34 ms not. CONV3D_DX_MADVISE_HUGEPAGE=1 in the environment advises always, =0
+# never (numpy advises its own large arrays always, unless NUMPY_MADVISE_HUGEPAGE=0).
 HUGE_PAGE_RESULT_BYTES = 4 << 20
-ADVISE_HUGE_PAGES = os.environ.get("CONV3D_DX_MADVISE_HUGEPAGE", "1") != "0"
+THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
+
+
+def advice_pays(setting: Optional[str], defrag: Optional[str]) -> bool:
+    """Whether results are advised, from CONV3D_DX_MADVISE_HUGEPAGE (None: unset) and the text of THP_DEFRAG
+    (None: unreadable), whose chosen value is the one in brackets."""
+    if setting is not None:
+        return setting != "0"
+    if defrag is None or "[" not in defrag or "]" not in defrag:
+        return False
+    chosen = defrag[defrag.index("[") + 1:defrag.index("]")]
+    return chosen in ("defer", "never")
+
+
+def _read_defrag() -> Optional[str]:
+    try:
+        with open(THP_DEFRAG) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+ADVISE_HUGE_PAGES = advice_pays(os.environ.get("CONV3D_DX_MADVISE_HUGEPAGE"), _read_defrag())
 
 
 # numpy results start on a 64-byte line, as torch's do (numpy's own large arrays start 16 or 32 bytes into

@@ -108,10 +108,11 @@ def vm_flags_at(address):
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
                     reason="no transparent huge pages (not Linux, or a kernel without them)")
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC", "NCDHW channels_last_3d"])
-def test_large_torch_results_ask_for_huge_pages(layout):
-    # 8 MiB of y from a 1 x 1 x 1 kernel; its whole 2 MiB units are advised (VmFlags "hg"), like numpy's.
-    # Each layout is one of allocate()'s torch branches: contiguous NCDHW or NDHWC, and channels_last_3d kept
-    # for an NCDHW call whose dy is.
+def test_large_torch_results_ask_for_huge_pages(layout, monkeypatch):
+    # 8 MiB of y from a 1 x 1 x 1 kernel; where advice is on (here forced), its whole 2 MiB units are advised
+    # (VmFlags "hg"), like numpy's. Each layout is one of allocate()'s torch branches: contiguous NCDHW or
+    # NDHWC, and channels_last_3d kept for an NCDHW call whose dy is.
+    monkeypatch.setattr(conv3d_dx._arrays, "ADVISE_HUGE_PAGES", True)
     weight = torch.randn([3, 32, 1, 1, 1])
     grad = torch.randn([1, 3, 16, 64, 64])
     if layout == "NCDHW":
@@ -136,6 +137,7 @@ def test_large_torch_results_ask_for_huge_pages(layout):
 def test_huge_page_advice_can_be_turned_off(monkeypatch):
     advised = []
     monkeypatch.setattr(_core, "advise_huge_pages", advised.append)
+    monkeypatch.setattr(conv3d_dx._arrays, "ADVISE_HUGE_PAGES", True)
     args = ([1, 32, 16, 64, 64], torch.randn([3, 32, 1, 1, 1]), torch.randn([1, 3, 16, 64, 64]))
     conv3d_input(*args)
     assert len(advised) == 1
@@ -148,6 +150,21 @@ def test_huge_page_advice_can_be_turned_off(monkeypatch):
         env = dict(os.environ, CONV3D_DX_MADVISE_HUGEPAGE=value)
         out = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == expected, out
+    env = {k: v for k, v in os.environ.items() if k != "CONV3D_DX_MADVISE_HUGEPAGE"}
+    out = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, check=True)
+    defrag = conv3d_dx._arrays._read_defrag()
+    assert out.stdout.strip() == str(conv3d_dx._arrays.advice_pays(None, defrag)), (out, defrag)
+
+
+def test_huge_page_advice_by_default_only_where_faults_do_not_compact():
+    pays = conv3d_dx._arrays.advice_pays
+    for chosen, advised in (("always", False), ("defer", True), ("defer+madvise", False), ("madvise", False),
+                            ("never", True)):
+        text = " ".join(f"[{v}]" if v == chosen else v
+                        for v in ("always", "defer", "defer+madvise", "madvise", "never")) + "\n"
+        assert pays(None, text) is advised, text
+        assert pays("1", text) and not pays("0", text)
+    assert not pays(None, None) and not pays(None, "garbled")
 
 
 def test_conv3d_input_bad_arguments():
