@@ -181,6 +181,45 @@ def test_conv3d_input_bad_arguments():
                                            torch.ones(1, 2, 2, 2, 1, device="meta"), [1] * 5, [0] * 6)
 
 
+def test_only_calls_that_need_the_operator_dispatch_it(monkeypatch):
+    """Plain eager calls autograd does not record (inference, a backward pass's own) run the implementation
+    directly; calls autograd records and tensor subclasses go through the registered operator, and both
+    give the same values."""
+    x_shape, weight, grad = problem()
+    dispatched = []
+    operator = cdx._conv3d_input
+
+    def spy(*args):
+        dispatched.append(args)
+        return operator(*args)
+
+    monkeypatch.setattr(cdx, "_conv3d_input", spy)
+    direct = conv3d_input(x_shape, weight, grad, **ARGS)
+    assert not dispatched
+    with torch.no_grad():
+        conv3d_input(x_shape, weight.requires_grad_(), grad, **ARGS)
+    assert not dispatched
+    recorded = conv3d_input(x_shape, weight, grad, **ARGS)
+    assert len(dispatched) == 1 and recorded.grad_fn is not None
+    assert torch.equal(recorded.detach(), direct)
+    weight.requires_grad_(False)
+
+    class Sub(torch.Tensor):
+        pass
+
+    conv3d_input(x_shape, weight.as_subclass(Sub), grad, **ARGS)
+    assert len(dispatched) == 2
+    # The swapped Conv3d's input gradient is taken in its backward pass, which autograd does not record
+    # unless asked to (create_graph), as double backward needs.
+    layer = Conv3d(4, 6, 3, padding=1)
+    x = torch.randn(1, 4, 3, 4, 3, requires_grad=True)
+    layer(x).sum().backward()
+    assert len(dispatched) == 2
+    (gx,) = torch.autograd.grad(layer(x).square().sum(), x, create_graph=True)
+    assert len(dispatched) == 3
+    gx.sum().backward()
+
+
 def test_opcheck():
     """Schema, fake (meta) kernel, autograd registration and AOT dispatch of the registered operator."""
     x_shape, weight, grad = problem()
