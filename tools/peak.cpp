@@ -24,7 +24,8 @@ next to the benchmark they are compared with.
 
 --tile-loops also times the engines' own widest tile of each of those instruction sets (on AVX-512 also
 the widest tile sharing three W taps' dy loads, which Intel cores take for such kernels) in a loop, dy in L1
-and the filter either in L1 or streaming from L2 (a filter of a quarter of L2, each tap its own slice),
+and the filter either in L1 or streaming from L2 (a quarter of L2, at most 512 KiB and at least 4 x L1, of
+filter, each tap its own slice),
 with its share of the instruction's peak on as many threads: the most a tile reaches on this CPU with its
 operands that close (loads compete with the multiply-adds), against which an engine's share of peak is
 read. JSON objects of tile loops have "tile" and "filter" ("L1" or "L2") where the peaks have

@@ -48,11 +48,11 @@ std::vector<PeakRate> measure_peaks(int threads, double seconds);
 
 // The engines' own register-blocked tiles in a loop (`conv3d-dx peak --tile-loops`): the widest tile of each
 // kernel set this CPU allows (fp32 FMA on AVX2 and AVX-512, and AVX-512's widest tile sharing three W taps'
-// dy loads; vdpbf16ps; AMX 2 x 2 tiles), one call per round
-// over a list of taps, dy held in L1 and the filter either in L1 (every tap reads the same slice) or
-// streaming from L2 (each tap its own slice of a filter of a quarter of L2, as a row task reads a channel
-// block's filter). What a tile can do at best on this CPU: an engine's share of it, not of the instruction's
-// peak, is what its blocking and data movement leave on the table.
+// dy loads; vdpbf16ps; AMX 2 x 2 tiles), one call per round over a list of taps, dy held in L1 and the
+// filter either in L1 (every tap reads the same slice) or streaming from L2 (each tap its own slice of a
+// filter of a quarter of L2, within 4 x L1 and 512 KiB, as a row task reads a channel block's filter). What
+// a tile can do at best on this CPU: an engine's share of it, not of the instruction's peak, is what its
+// blocking and data movement leave on the table.
 struct TileLoopRate {
   std::string tile;  // "fp32 FMA, 6 pixels x 64 channels" and the like
   Isa isa;           // the kernel set it belongs to (its peak: the instruction of that set)
