@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch import nn
 
 import conv3d_dx
@@ -218,6 +219,23 @@ def test_only_calls_that_need_the_operator_dispatch_it(monkeypatch):
     (gx,) = torch.autograd.grad(layer(x).square().sum(), x, create_graph=True)
     assert len(dispatched) == 3
     gx.sum().backward()
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")  # torch's make_dual
+def test_forward_mode_ad():
+    """Tangents through conv3d_input (bilinear in weight and grad_output) against PyTorch's own input
+    gradient's, for a tangent on either input or both."""
+    x_shape, weight, grad = problem()
+    w_t, g_t = torch.randn_like(weight), torch.randn_like(grad)
+    for tangents in ((w_t, None), (None, g_t), (w_t, g_t)):
+        with fwAD.dual_level():
+            w = weight if tangents[0] is None else fwAD.make_dual(weight, tangents[0])
+            g = grad if tangents[1] is None else fwAD.make_dual(grad, tangents[1])
+            got = fwAD.unpack_dual(conv3d_input(x_shape, w, g, **ARGS))
+            want = fwAD.unpack_dual(torch.nn.grad.conv3d_input(x_shape, w, g, **ARGS))
+        torch.testing.assert_close(got.primal, want.primal, rtol=1e-5, atol=1e-5)
+        assert got.tangent is not None
+        torch.testing.assert_close(got.tangent, want.tangent, rtol=1e-5, atol=1e-5)
 
 
 def test_opcheck():
