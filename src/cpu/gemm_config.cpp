@@ -76,31 +76,34 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
     for (std::size_t t = 1; t < ph.taps.size(); ++t)
       if (ph.taps[t - 1].off != ph.taps[t].off + 1) w_taps_adjacent = false;
   }
-  // The widest fp32 blocks whose tiles can share a (kd, kh) pair's W taps' dy loads (SharedWTile): the
-  // kernel set has shared tiles for the tap count of every phase with more than one; 0 where none can.
-  int shared_nv = 0;
+  // fp32 tiles that share a (kd, kh) pair's W taps' dy loads (SharedWTile), per block width: as wide as the
+  // kernel set's shared tiles for the tap count of every phase with more than one allow (0: none); and the
+  // widest blocks that have them (0 where the taps cannot share).
+  int shared_m[kMaxNv + 1] = {}, shared_nv = 0;
   if (tuning.share_w && !c.bf16 && w_taps_adjacent && most_w_taps > 1 &&
       most_w_taps <= static_cast<std::size_t>(kMaxSharedWTaps))
     for (int v = 1; v <= kMaxNv; ++v) {
-      bool all = true;
+      shared_m[v] = kMaxM;
       for (const AxisPhase& ph : w_axis.phases)
-        if (ph.taps.size() > 1 && ks.shared_w_max_m[ph.taps.size()][v] == 0) all = false;
-      if (all) shared_nv = v;
+        if (ph.taps.size() > 1) shared_m[v] = std::min(shared_m[v], ks.shared_w_max_m[ph.taps.size()][v]);
+      if (shared_m[v] == 0) break;
+      shared_nv = v;
     }
   const int widest_nv = c.split ? 1 : c.amx ? 2 : ks.widest_nv();
   int nv = std::min(tuning.nv > 0 ? tuning.nv : ks.nv_for_reduction(tile_steps), widest_nv);
   // Where the CPU's table prefers them, blocks narrow to the widest with shared tiles, which load a third as
   // much per FMA (10 x 2 tiles sharing three taps: 18 loads per 60 FMAs, 6 x 4 single-tap tiles 10 per 24).
-  // Xeon with AMX (model 167), fp32, 2 threads, paired calls against 4-vector blocks: channels_last a
-  // 0.95-0.98x the time, vae 0.93-0.95x, d 0.95x, deep256 0.96-0.98x, k4s2 0.95-0.98x; NCDHW a 0.86x, k4s2
-  // 0.91x, d 0.96x, vae and deep256 0.95-0.97x; b, n2c96, down_s2, k133 within noise. Not where a tile's
-  // fixed costs weigh more: W phases shorter than the shared tiles (e, rows of 6: 1.10x the time) or fewer
-  // than 16 output channels per tap (c, 3: 1.10x channels_last).
+  // Xeon with AMX (model 167), fp32, 2 threads, medians of paired calls against 4-vector blocks (two runs
+  // unless one figure): channels_last a 0.95-0.98x the time, vae 0.94-0.95x, d 0.95-0.99x, k4s2 0.95-0.98x,
+  // deep256 0.98x; NCDHW a 0.86-0.87x, k4s2 0.91x, deep256 0.95x, d 0.96x, vae 0.97-0.98x; b, n2c96,
+  // down_s2, k133 within noise. Not where a tile's fixed costs weigh more: W phases shorter than the shared
+  // tiles (e, rows of 6: 1.04-1.10x the time) or fewer than 16 output channels per tap (c, 3: 1.10-1.12x
+  // channels_last).
   std::int64_t shortest_phase = p.y_size[2];
   for (const AxisPhase& ph : w_axis.phases)
     if (ph.count > 0) shortest_phase = std::min(shortest_phase, ph.count);
   if (tuning.nv <= 0 && cpu.shared_w_over_wide && shared_nv > 0 && p.Cout_g >= 16 &&
-      shortest_phase >= ks.shared_w_max_m[most_w_taps][shared_nv])
+      shortest_phase >= shared_m[shared_nv])
     nv = std::min(nv, shared_nv);
   // Unless tuned, blocks as equal as the channels allow (6 vectors as 3 + 3 rather than 4 + 2, 9 as 3 + 3 +
   // 3 rather than 4 + 4 + 1), so every block's tasks cost about the same and threads that take whole blocks
@@ -137,19 +140,12 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   const bool pixels_follow = !c.direct_dy || (s[4] == kpad && (c.bf16 || s[1] == 1));
   c.fuse_w = tuning.fuse_w && pixels_follow && w_taps_adjacent;
   // The fp32 FMA tiles share dy loads between a (kd, kh) pair's W taps where the taps are one dy pixel apart
-  // and the kernel set has shared tiles for the tap count of every phase with more than one and for the
-  // block widths (a pair's taps need not fuse: each tap's channels are read with their own stride); phases
-  // of one tap keep the single-tap tiles. Tiles are then as wide as the narrowest of those allows.
-  bool share = shared_nv > 0;
-  int shared_m[kMaxNv + 1] = {};
-  for (int v = 1; v <= c.nv && share; ++v) {
-    shared_m[v] = c.max_m[v];
-    for (const AxisPhase& ph : w_axis.phases)
-      if (ph.taps.size() > 1) shared_m[v] = std::min(shared_m[v], ks.shared_w_max_m[ph.taps.size()][v]);
-    share = shared_m[v] > 0;  // 0: no shared tiles of that width
-  }
-  c.share_w = share;
-  if (share) std::copy(shared_m + 1, shared_m + c.nv + 1, c.max_m + 1);
+  // and the kernel set has shared tiles for the blocks' widths (shared_m; a pair's taps need not fuse: each
+  // tap's channels are read with their own stride); phases of one tap keep the single-tap tiles. Tiles are
+  // then as wide as the narrowest of those allows.
+  c.share_w = shared_nv > 0 && c.nv <= shared_nv;
+  if (c.share_w)
+    for (int v = 1; v <= c.nv; ++v) c.max_m[v] = std::min(c.max_m[v], shared_m[v]);
   // AMX with few output channels: each tap padded to 32 reduction elements multiplies the work by up to
   // 32 / Cout_g. Where a phase's W taps fuse, taps padded only to even lie side by side in one reduction
   // (3 taps of 3 channels: 12 elements, not 3 x 32) and tile products take fewer than 16 pairs, as many as
