@@ -145,9 +145,9 @@ def mark_written(out: Any) -> None:
 # advised memory a huge page only when one is free: its THP defrag setting is "defer" or "never". Under
 # "always", "madvise" (a common default) or "defer+madvise", a fault in advised memory compacts memory
 # first whenever no huge page is free, and the call waits for it: Xeon VM under "madvise", a new 16 MiB y
-# took 37-98 ms in each of the first 8 calls advised against 7 ms not (1.7 ms for both once the allocator
-# reused its memory), and a 64 MiB y, mapped anew by every call, 34-37 ms (median) with calls of 53-70 ms
-# advised against a steady 32-34 ms not. CONV3D_DX_MADVISE_HUGEPAGE=1 in the environment advises always, =0
+# took 37-98 ms in most of the first 8 calls advised against about 7 ms not (1.7 ms for both once the
+# allocator reused its memory), and a 64 MiB y, mapped anew by every call, medians of 31.6 and 37.3 ms with
+# calls from 18 to 71 ms advised against 32.8 and 33.1 ms, every call within 31-35, not. CONV3D_DX_MADVISE_HUGEPAGE=1 in the environment advises always, =0
 # never (numpy advises its own large arrays always, unless NUMPY_MADVISE_HUGEPAGE=0).
 HUGE_PAGE_RESULT_BYTES = 4 << 20
 THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
