@@ -1180,8 +1180,11 @@ class GemmEngine final : public EngineImpl {
     const bool widens = dy_reader_.widens(ks_);
     const bool by_pixel = widens && s[1] == 1, by_block = widens && s[4] == 1 && ks_.store_transposed;
     constexpr std::int64_t kRows = 16, kPixels = 256;
-    std::vector<float> buf(static_cast<std::size_t>(std::max(p_.Cout_g, 2 * kRows * kPixels)));
-    float* const transposed = buf.data() + kRows * kPixels;
+    // Blocks of rows and their transposes, or one pixel's channels (a plane at a time: a window slides by
+    // planes, so only what the plane's path uses).
+    const bool blockwise = by_block && !by_pixel;
+    std::vector<float> buf(static_cast<std::size_t>(blockwise ? 2 * kRows * kPixels : p_.Cout_g));
+    float* const transposed = buf.data() + (blockwise ? kRows * kPixels : 0);
     const std::int64_t od = r % p_.dy_size[0], g = r / p_.dy_size[0] % p_.G, n = r / p_.dy_size[0] / p_.G;
     bool special = false;  // a value not finite or with a tiny part
     zero_halo_rows(plane);
@@ -1193,7 +1196,7 @@ class GemmEngine final : public EngineImpl {
         if (p_.Cout_g % 32 != 0)  // the last chunk's padding channels
           for (std::int64_t ow = 0; ow < p_.dy_size[2]; ++ow)
             std::fill(row + ow * kpad_ + (kpad_ - 64), row + (ow + 1) * kpad_, std::uint16_t{0});
-        if (by_block && !by_pixel) {
+        if (blockwise) {
           for (std::int64_t w0 = 0; w0 < p_.dy_size[2]; w0 += kPixels) {
             const std::int64_t nw = std::min(kPixels, p_.dy_size[2] - w0);
             for (std::int64_t c0 = 0; c0 < p_.Cout_g; c0 += kRows) {
