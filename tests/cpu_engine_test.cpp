@@ -2454,8 +2454,9 @@ TEST(CpuKernels, Hf32SplitIntoBf16IsExactOrTiny) {
 
 // The vector 8-bit encoders against numeric's scalar ones: every bf16-like pattern (the top 16 bits) with low
 // halves at and around the half-way points, where ties-away (HiFloat8) and ties-to-even (FP8) differ, and
-// where a low half alone makes a NaN; both overflow modes; lengths that end inside a vector (of 16 or 32
-// values) and after whole ones. And the table widening of 8-bit codes on every code.
+// where a low half alone makes a NaN; both overflow modes; lengths that end inside a vector (of 16, 32 or 64
+// values) and after whole ones; the AVX-512 encoders with VBMI and without. And the table widening of 8-bit
+// codes on every code.
 TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
   std::vector<float> values;
   for (std::uint32_t hi = 0; hi < 0x10000u; ++hi)
@@ -2471,15 +2472,22 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
   for (Isa isa : {Isa::avx512, Isa::avx2}) {
     if (!cpu_supports(isa)) continue;
     const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
-    const std::pair<Encode, Scalar> encoders[] = {{ks.to_hif8, numeric::f32_to_hif8},
-                                                  {ks.to_fp8_e4m3fn, numeric::f32_to_fp8_e4m3fn}};
+    std::vector<std::pair<Encode, Scalar>> encoders = {{ks.to_hif8, numeric::f32_to_hif8},
+                                                       {ks.to_fp8_e4m3fn, numeric::f32_to_fp8_e4m3fn}};
+    if (isa == Isa::avx512)  // the AVX-512 encoders with and without VBMI, whichever the set took
+      for (bool vbmi : {false, true}) {
+        if (vbmi && !cpu_has_avx512_vbmi()) continue;
+        const cpu::Encoders8 e = cpu::avx512_encoders8(vbmi);
+        encoders.insert(encoders.end(),
+                        {{e.to_hif8, numeric::f32_to_hif8}, {e.to_fp8_e4m3fn, numeric::f32_to_fp8_e4m3fn}});
+      }
     for (const auto& [vector, scalar] : encoders) {
       if (vector == nullptr) continue;
       ++sets_checked;
       for (bool saturate : {false, true})
-        for (std::int64_t len :
-             {n, n - 1, std::int64_t{1}, std::int64_t{15}, std::int64_t{16}, std::int64_t{17},
-              std::int64_t{31}, std::int64_t{32}, std::int64_t{33}, std::int64_t{65}}) {
+        for (std::int64_t len : {n, n - 1, std::int64_t{1}, std::int64_t{15}, std::int64_t{16},
+                                 std::int64_t{17}, std::int64_t{31}, std::int64_t{32}, std::int64_t{33},
+                                 std::int64_t{63}, std::int64_t{64}, std::int64_t{65}, std::int64_t{127}}) {
           std::vector<std::uint8_t> codes(static_cast<std::size_t>(len + 5), 0xAA);
           vector(values.data(), codes.data(), len, saturate);
           for (std::int64_t i = 0; i < len + 5; ++i) {

@@ -87,6 +87,9 @@ std::unique_ptr<EngineImpl> make_reference_engine(const Problem&);
 // The best ISA this CPU supports, and whether it supports a given one.
 Isa detect_isa();
 bool cpu_supports(Isa);
+// Whether the CPU has AVX512_VBMI's byte permutes (Ice Lake and Zen 4 on): the AVX-512 8-bit encoders use
+// them.
+bool cpu_has_avx512_vbmi();
 // Empty when this process may use AMX tiles, else why not (CPU, OS or Linux permission).
 const std::string& amx_unavailable();
 

@@ -430,6 +430,157 @@ void to_fp8_e4m3fn(const float* src, std::uint8_t* dst, std::int64_t n, bool sat
   encode8(src, dst, n, fp8_e4m3fn_codes(saturate));
 }
 
+// With VBMI (Ice Lake and Zen 4 on), 64 values a block: each lane's code is made in its high byte, where the
+// top half's sign already lies (no shift to apply it), and one vpermt2b packs the high bytes of two vectors
+// (two vpmovwb of 2 micro-ops each did 32), zeroing the lanes its mask clears. Xeon with AMX (model 167),
+// from L1, timestamp-counter cycles per 32 values against the encoders above in the same runs:
+// HiFloat8 7.9-8.2 against 10.1-10.4 (saturating 11.3-13.4 against 17.9-18.8), FP8 11.3-12.5
+// against 12.7-13.1 (saturating 11.6-13.0 against 13.5-18.2); HiFloat8 unet_up and c took 0.93-0.96x the
+// time. Every one of the 2^32 fp32 values gives the same code as above, in both overflow modes (checked
+// once).
+#define CONV3D_DX_VBMI __attribute__((target("avx512vbmi")))
+#define CONV3D_DX_VBMI_INLINE inline __attribute__((always_inline, target("avx512vbmi")))
+
+// vpermt2b indices over a pair of vectors (128 bytes): into the high byte of 16-bit lane i (byte 2 i + 1),
+// byte 2 i + 1 (the lane's own high byte: a pack of the high bytes), or byte 4 i (the low byte of fp32 lane
+// i).
+struct BytePicks {
+  alignas(64) std::array<std::uint8_t, 64> high{}, fp32_low{};
+};
+const BytePicks kBytePicks = [] {
+  BytePicks b;
+  for (std::size_t i = 0; i < 64; ++i) {
+    b.high[i] = static_cast<std::uint8_t>(2 * i + 1);
+    b.fp32_low[i] = static_cast<std::uint8_t>(4 * (i / 2) % 128);
+  }
+  return b;
+}();
+
+// Encodes n values, 64 at a time: codes(v0, v1, v2, v3) gives the 64 values' codes as bytes.
+template <class Codes>
+CONV3D_DX_VBMI void encode8_vbmi(const float* src, std::uint8_t* dst, std::int64_t n, const Codes& codes) {
+  std::int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    _mm512_storeu_si512(dst + i, codes(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16),
+                                       _mm512_loadu_ps(src + i + 32), _mm512_loadu_ps(src + i + 48)));
+  if (i < n) {
+    const std::int64_t left = n - i;
+    const __mmask64 m = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+    const auto part = [&](int q) {
+      return _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> (16 * q)), src + i + 16 * q);
+    };
+    _mm512_mask_storeu_epi8(dst + i, m, codes(part(0), part(1), part(2), part(3)));
+  }
+}
+
+// hif8_codes with VBMI, on the magnitudes doubled (a = 2 x top half: the sign drops out, the exponent fills
+// the high byte): the kept mantissa bits by the exponent before rounding (a 64-entry table: E + 127 mod 64
+// tells E from -23 to 15 apart; lanes below are zeroed by the pack), half of the last kept bit added; the
+// code of 2^E by the high byte after rounding (vpermi2b's 128-entry table), with the kept bits shifted up to
+// it from the low byte. Saturating clamps at 32768 (the largest finite) rather than 40960 (inf's code). Below
+// 2^-23 (+0) and NaN as there.
+template <bool kSaturate>
+struct Hif8Vbmi {
+  struct Tables {
+    alignas(64) std::array<std::int16_t, 64> kept{};   // by (E + 127) mod 64
+    alignas(64) std::array<std::uint8_t, 128> code{};  // by (E + 127) mod 128: the code of 2^E
+  };
+  __m512i kept_lo, kept_hi, code_lo, code_hi;
+  Hif8Vbmi() {
+    static const Tables tables = [] {
+      Tables t;
+      for (int e = -23; e <= 15; ++e) {
+        t.kept[static_cast<std::size_t>((e + 127) % 64)] =
+            static_cast<std::int16_t>(numeric::hif8_mantissa_bits(std::max(e, -16)));
+        t.code[static_cast<std::size_t>((e + 127) % 128)] = numeric::f32_to_hif8(std::ldexp(1.0f, e), false);
+      }
+      return t;
+    }();
+    kept_lo = _mm512_load_si512(tables.kept.data());
+    kept_hi = _mm512_load_si512(tables.kept.data() + 32);
+    code_lo = _mm512_load_si512(tables.code.data());
+    code_hi = _mm512_load_si512(tables.code.data() + 64);
+  }
+  // Codes in the high bytes of 32 lanes, from their top halves h and 2 h; not_tiny: the lanes from 2^-23.
+  CONV3D_DX_VBMI_INLINE __m512i high_codes(__m512i h, __m512i h2, __mmask32& not_tiny) const {
+    const __m512i a =
+        _mm512_min_epu16(h2, _mm512_set1_epi16(static_cast<std::int16_t>(kSaturate ? 0x8E00 : 0x8E40)));
+    const __m512i kept = _mm512_permutex2var_epi16(kept_lo, _mm512_srli_epi16(a, 8), kept_hi);
+    const __m512i rounded = _mm512_add_epi16(a, _mm512_srlv_epi16(_mm512_set1_epi16(0x80), kept));
+    const __m512i mantissa = _mm512_sllv_epi16(_mm512_and_si512(rounded, _mm512_set1_epi16(0xFF)), kept);
+    const __m512i code = _mm512_or_si512(_mm512_permutex2var_epi8(code_lo, rounded, code_hi), mantissa);
+    not_tiny = _mm512_cmpge_epu16_mask(a, _mm512_set1_epi16(0x6800));
+    return _mm512_ternarylogic_epi32(code, h, _mm512_set1_epi16(-0x8000), 0xF8);  // code | (h & 0x8000)
+  }
+  CONV3D_DX_VBMI_INLINE __m512i operator()(__m512 v0, __m512 v1, __m512 v2, __m512 v3) const {
+    const __m512i h0 = top_halves(v0, v1), h1 = top_halves(v2, v3);
+    const __m512i d0 = _mm512_add_epi16(h0, h0), d1 = _mm512_add_epi16(h1, h1);
+    __mmask32 k0 = 0, k1 = 0;
+    __m512i c0 = high_codes(h0, d0, k0), c1 = high_codes(h1, d1, k1);
+    // NaN: NaN or +0. A top half of inf's bits may be NaN's (low half not zero): compared whole, only then.
+    if (_mm512_cmpge_epu16_mask(_mm512_max_epu16(d0, d1),
+                                _mm512_set1_epi16(static_cast<std::int16_t>(0xFF00))) != 0) {
+      const __m512i nan = _mm512_set1_epi16(static_cast<std::int16_t>(kSaturate ? 0 : 0x8000));
+      const auto unordered = [](__m512 lo, __m512 hi) {
+        return _mm512_kunpackw(_mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q),
+                               _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q));
+      };
+      c0 = _mm512_mask_mov_epi16(c0, unordered(v0, v1), nan);
+      c1 = _mm512_mask_mov_epi16(c1, unordered(v2, v3), nan);
+    }
+    return _mm512_maskz_permutex2var_epi8(_mm512_kunpackd(k1, k0), c0,
+                                          _mm512_load_si512(kBytePicks.high.data()), c1);
+  }
+};
+
+CONV3D_DX_VBMI void to_hif8_vbmi(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+  if (saturate)
+    encode8_vbmi(src, dst, n, Hif8Vbmi<true>{});
+  else
+    encode8_vbmi(src, dst, n, Hif8Vbmi<false>{});
+}
+
+// fp8_e4m3fn_codes with VBMI: the normals' codes made in the high byte ((a + rounding - bias) << 4), the
+// subnormals' units picked into it from the fp32 sums' low bytes (vpermt2b). Magnitudes are clamped so that
+// overflow rounds to the NaN code (at 464 and a sticky bit: above 464), or saturating to 448 (above 448 all
+// round to it); saturating, NaN lanes are zeroed by the pack.
+template <bool kSaturate>
+struct Fp8Vbmi {
+  // Codes in the high bytes of 32 lanes; keep: the lanes not NaN (all where not saturating).
+  CONV3D_DX_VBMI_INLINE static __m512i high_codes(__m512 lo, __m512 hi, __mmask32& keep) {
+    const __m512i one = _mm512_set1_epi16(1);
+    const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF)),
+                 units_at = _mm512_set1_ps(0x1p14f);
+    const __m512i h = _mm512_or_si512(top_halves(lo, hi), _mm512_min_epu16(low_halves(lo, hi), one));
+    const __m512i a = _mm512_and_si512(h, _mm512_set1_epi16(0x7FFF));
+    const __m512i c = _mm512_min_epu16(a, _mm512_set1_epi16(kSaturate ? 0x43E0 : 0x43E9));
+    const __m512i rounding = _mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(c, 4), one),
+                                              _mm512_set1_epi16(static_cast<std::int16_t>(7 - (120 << 7))));
+    const __m512i normal = _mm512_slli_epi16(_mm512_add_epi16(c, rounding), 4);
+    const __m512i units =
+        _mm512_permutex2var_epi8(_mm512_castps_si512(_mm512_add_ps(_mm512_and_ps(lo, magnitude), units_at)),
+                                 _mm512_load_si512(kBytePicks.fp32_low.data()),
+                                 _mm512_castps_si512(_mm512_add_ps(_mm512_and_ps(hi, magnitude), units_at)));
+    const __m512i code =
+        _mm512_mask_blend_epi16(_mm512_cmplt_epu16_mask(a, _mm512_set1_epi16(0x3C80)), normal, units);
+    keep = kSaturate ? _mm512_cmple_epu16_mask(a, _mm512_set1_epi16(0x7F80)) : ~__mmask32{0};
+    return _mm512_ternarylogic_epi32(code, h, _mm512_set1_epi16(-0x8000), 0xF8);  // code | (h & 0x8000)
+  }
+  CONV3D_DX_VBMI_INLINE __m512i operator()(__m512 v0, __m512 v1, __m512 v2, __m512 v3) const {
+    __mmask32 k0 = 0, k1 = 0;
+    const __m512i c0 = high_codes(v0, v1, k0), c1 = high_codes(v2, v3, k1);
+    return _mm512_maskz_permutex2var_epi8(_mm512_kunpackd(k1, k0), c0,
+                                          _mm512_load_si512(kBytePicks.high.data()), c1);
+  }
+};
+
+CONV3D_DX_VBMI void to_fp8_e4m3fn_vbmi(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+  if (saturate)
+    encode8_vbmi(src, dst, n, Fp8Vbmi<true>{});
+  else
+    encode8_vbmi(src, dst, n, Fp8Vbmi<false>{});
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -818,8 +969,9 @@ const KernelSet& avx512_kernels() {
     s.to_fp16 = &to_fp16;
     s.store_transposed = &store_transposed;
     s.transposes_uncached = true;
-    s.to_hif8 = &to_hif8;
-    s.to_fp8_e4m3fn = &to_fp8_e4m3fn;
+    const Encoders8 encoders = avx512_encoders8(cpu_has_avx512_vbmi());
+    s.to_hif8 = encoders.to_hif8;
+    s.to_fp8_e4m3fn = encoders.to_fp8_e4m3fn;
     s.widen8 = &widen8;
     s.widen8_pairs = &widen8_pairs;
     s.bf16_to_f32 = &bf16_to_f32;
@@ -829,6 +981,11 @@ const KernelSet& avx512_kernels() {
     return s;
   }();
   return set;
+}
+
+Encoders8 avx512_encoders8(bool vbmi) {
+  if (vbmi) return {&avx512::to_hif8_vbmi, &avx512::to_fp8_e4m3fn_vbmi};
+  return {&avx512::to_hif8, &avx512::to_fp8_e4m3fn};
 }
 
 std::int64_t peak_fma_avx512(std::int64_t rounds, double* accumulated) {
