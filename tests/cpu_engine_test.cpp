@@ -2455,8 +2455,8 @@ TEST(CpuKernels, Hf32SplitIntoBf16IsExactOrTiny) {
 // The vector 8-bit encoders against numeric's scalar ones: every bf16-like pattern (the top 16 bits) with low
 // halves at and around the half-way points, where ties-away (HiFloat8) and ties-to-even (FP8) differ, and
 // where a low half alone makes a NaN; both overflow modes; lengths that end inside a vector (of 16, 32 or 64
-// values) and after whole ones; the AVX-512 encoders with VBMI and without. And the table widening of 8-bit
-// codes on every code.
+// values) and after whole ones; the AVX-512 kernels with VBMI and without. And the table widening of 8-bit
+// codes on every code, in runs that end inside a vector and after whole ones.
 TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
   std::vector<float> values;
   for (std::uint32_t hi = 0; hi < 0x10000u; ++hi)
@@ -2472,15 +2472,15 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
   for (Isa isa : {Isa::avx512, Isa::avx2}) {
     if (!cpu_supports(isa)) continue;
     const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
-    std::vector<std::pair<Encode, Scalar>> encoders = {{ks.to_hif8, numeric::f32_to_hif8},
-                                                       {ks.to_fp8_e4m3fn, numeric::f32_to_fp8_e4m3fn}};
-    if (isa == Isa::avx512)  // the AVX-512 encoders with and without VBMI, whichever the set took
-      for (bool vbmi : {false, true}) {
-        if (vbmi && !cpu_has_avx512_vbmi()) continue;
-        const cpu::Encoders8 e = cpu::avx512_encoders8(vbmi);
-        encoders.insert(encoders.end(),
-                        {{e.to_hif8, numeric::f32_to_hif8}, {e.to_fp8_e4m3fn, numeric::f32_to_fp8_e4m3fn}});
-      }
+    // The set's kernels; for AVX-512 also those with and without VBMI, whichever the set took.
+    std::vector<cpu::EightBitKernels> variants = {{ks.to_hif8, ks.to_fp8_e4m3fn, ks.widen8}};
+    if (isa == Isa::avx512)
+      for (bool vbmi : {false, true})
+        if (!vbmi || cpu_has_avx512_vbmi()) variants.push_back(cpu::avx512_eight_bit_kernels(vbmi));
+    std::vector<std::pair<Encode, Scalar>> encoders;
+    for (const cpu::EightBitKernels& v : variants)
+      encoders.insert(encoders.end(),
+                      {{v.to_hif8, numeric::f32_to_hif8}, {v.to_fp8_e4m3fn, numeric::f32_to_fp8_e4m3fn}});
     for (const auto& [vector, scalar] : encoders) {
       if (vector == nullptr) continue;
       ++sets_checked;
@@ -2507,12 +2507,14 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
     for (std::size_t c = 0; c < lut.size(); ++c) lut[c] = static_cast<std::uint16_t>(any(rng));
     std::vector<std::uint8_t> src(600);
     for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i < 256 ? i : any(rng));
-    for (std::int64_t len : {1, 15, 31, 32, 33, 65, 256, 600}) {
-      std::vector<std::uint16_t> out(static_cast<std::size_t>(len + 3), 0xAAAA);
-      ks.widen8(src.data(), lut.data(), out.data(), len);
-      for (std::int64_t i = 0; i < len + 3; ++i) {
-        const std::size_t k = static_cast<std::size_t>(i);
-        ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << len << " at " << i;
+    for (std::int64_t len : {1, 15, 31, 32, 33, 65, 127, 128, 129, 191, 256, 300, 600}) {
+      for (const cpu::EightBitKernels& v : variants) {
+        std::vector<std::uint16_t> out(static_cast<std::size_t>(len + 3), 0xAAAA);
+        v.widen8(src.data(), lut.data(), out.data(), len);
+        for (std::int64_t i = 0; i < len + 3; ++i) {
+          const std::size_t k = static_cast<std::size_t>(i);
+          ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << len << " at " << i;
+        }
       }
       if (ks.widen8_pairs == nullptr || len > 300) continue;
       // Pairs from two runs (the second 300 codes on), or from one with zeros beside it; the special values

@@ -225,13 +225,15 @@ struct AmxKernels {
 
 const KernelSet& avx512_kernels();  // only after cpu_supports(Isa::avx512)
 const KernelSet& avx2_kernels();    // only after cpu_supports(Isa::avx2)
-// The AVX-512 set's 8-bit encoders with VBMI's byte permutes (only where cpu_has_avx512_vbmi()), which the
-// set takes where the CPU has them, or without, which it takes elsewhere: for tests of both.
-struct Encoders8 {
-  void (*to_hif8)(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate);
-  void (*to_fp8_e4m3fn)(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate);
+// The AVX-512 set's 8-bit encoders and widening with VBMI's byte permutes (only where
+// cpu_has_avx512_vbmi()), which the set takes where the CPU has them, or without, which it takes elsewhere:
+// for tests of both.
+struct EightBitKernels {
+  decltype(KernelSet::to_hif8) to_hif8;
+  decltype(KernelSet::to_fp8_e4m3fn) to_fp8_e4m3fn;
+  decltype(KernelSet::widen8) widen8;
 };
-Encoders8 avx512_encoders8(bool vbmi);
+EightBitKernels avx512_eight_bit_kernels(bool vbmi);
 const AmxKernels& amx_kernels();  // only after cpu_supports(Isa::amx_bf16)
 // Releases this thread's AMX tile state (after its last AMX tile of a call); a no-op when it holds none.
 void amx_release();
