@@ -462,9 +462,15 @@ const BytePicks kBytePicks = [] {
   return b;
 }();
 
+// The high bytes of (c0, c1)'s 64 16-bit lanes in order, zero where keep0 / keep1 is clear.
+CONV3D_DX_VBMI_INLINE __m512i pack_high_bytes(__m512i c0, __mmask32 keep0, __m512i c1, __mmask32 keep1) {
+  return _mm512_maskz_permutex2var_epi8(_mm512_kunpackd(keep1, keep0), c0,
+                                        _mm512_load_si512(kBytePicks.high.data()), c1);
+}
+
 // Encodes n values, 64 at a time: codes(v0, v1, v2, v3) gives the 64 values' codes as bytes.
 template <class Codes>
-CONV3D_DX_VBMI void encode8_vbmi(const float* src, std::uint8_t* dst, std::int64_t n, const Codes& codes) {
+CONV3D_DX_VBMI void encode8_blocks(const float* src, std::uint8_t* dst, std::int64_t n, const Codes& codes) {
   std::int64_t i = 0;
   for (; i + 64 <= n; i += 64)
     _mm512_storeu_si512(dst + i, codes(_mm512_loadu_ps(src + i), _mm512_loadu_ps(src + i + 16),
@@ -534,17 +540,9 @@ struct Hif8Vbmi {
       c0 = _mm512_mask_mov_epi16(c0, unordered(v0, v1), nan);
       c1 = _mm512_mask_mov_epi16(c1, unordered(v2, v3), nan);
     }
-    return _mm512_maskz_permutex2var_epi8(_mm512_kunpackd(k1, k0), c0,
-                                          _mm512_load_si512(kBytePicks.high.data()), c1);
+    return pack_high_bytes(c0, k0, c1, k1);
   }
 };
-
-CONV3D_DX_VBMI void to_hif8_vbmi(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
-  if (saturate)
-    encode8_vbmi(src, dst, n, Hif8Vbmi<true>{});
-  else
-    encode8_vbmi(src, dst, n, Hif8Vbmi<false>{});
-}
 
 // fp8_e4m3fn_codes with VBMI: the normals' codes made in the high byte ((a + rounding - bias) << 4), the
 // subnormals' units picked into it from the fp32 sums' low bytes (vpermt2b). Magnitudes are clamped so that
@@ -575,16 +573,17 @@ struct Fp8Vbmi {
   CONV3D_DX_VBMI_INLINE __m512i operator()(__m512 v0, __m512 v1, __m512 v2, __m512 v3) const {
     __mmask32 k0 = 0, k1 = 0;
     const __m512i c0 = high_codes(v0, v1, k0), c1 = high_codes(v2, v3, k1);
-    return _mm512_maskz_permutex2var_epi8(_mm512_kunpackd(k1, k0), c0,
-                                          _mm512_load_si512(kBytePicks.high.data()), c1);
+    return pack_high_bytes(c0, k0, c1, k1);
   }
 };
 
-CONV3D_DX_VBMI void to_fp8_e4m3fn_vbmi(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
+// to_hif8 and to_fp8_e4m3fn with VBMI: Codes<saturate>'s blocks.
+template <template <bool> class Codes>
+CONV3D_DX_VBMI void encode8_vbmi(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) {
   if (saturate)
-    encode8_vbmi(src, dst, n, Fp8Vbmi<true>{});
+    encode8_blocks(src, dst, n, Codes<true>{});
   else
-    encode8_vbmi(src, dst, n, Fp8Vbmi<false>{});
+    encode8_blocks(src, dst, n, Codes<false>{});
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -1035,7 +1034,9 @@ const KernelSet& avx512_kernels() {
 }
 
 EightBitKernels avx512_eight_bit_kernels(bool vbmi) {
-  if (vbmi) return {&avx512::to_hif8_vbmi, &avx512::to_fp8_e4m3fn_vbmi, &avx512::widen8_vbmi};
+  if (vbmi)
+    return {&avx512::encode8_vbmi<avx512::Hif8Vbmi>, &avx512::encode8_vbmi<avx512::Fp8Vbmi>,
+            &avx512::widen8_vbmi};
   return {&avx512::to_hif8, &avx512::to_fp8_e4m3fn, &avx512::widen8};
 }
 
