@@ -6,6 +6,7 @@ import, and the conv3d-dx dtype it holds. torch is looked up in sys.modules, nev
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import sys
@@ -79,15 +80,31 @@ def _typed_or_raw(name: str, typed: Optional[str], itemsize: int, is_integer: bo
                     "float8_e4m3fn, hifloat8, or raw uint16/uint8 codes with dtype=")
 
 
+# The conv3d-dx dtype of each numpy dtype seen (None: not a typed one), as computing it (dtype.name builds a
+# string) took about a third of a small call's argument handling.
+_NUMPY_TYPED: dict = {}
+
+
+def _numpy_typed(dt: np.dtype) -> Optional[str]:
+    typed = _NUMPY_TYPED.get(dt, "")
+    if typed == "":
+        typed = _NUMPY_DTYPES.get(dt.name) if dt.isnative else None
+        if typed is not None and dt.itemsize != _ITEMSIZE[typed]:
+            typed = None
+        _NUMPY_TYPED[dt] = typed
+    return typed
+
+
 def _numpy_operand(name: str, a: np.ndarray, dtype: Optional[str]) -> Operand:
     dt = a.dtype
-    typed = _NUMPY_DTYPES.get(dt.name) if dt.isnative else None
-    if typed is not None and dt.itemsize != _ITEMSIZE[typed]:
-        typed = None
-    cdt = _typed_or_raw(name, typed, dt.itemsize, dt.kind in "ui", str(dt), dtype)
+    typed = _numpy_typed(dt)
+    cdt = typed or _typed_or_raw(name, typed, dt.itemsize, dt.kind in "ui", str(dt), dtype)
     # Extension dtypes reach the core as their integer codes (same memory, same strides).
     plain = a if dt.kind in "fui" else a.view(np.uint16 if dt.itemsize == 2 else np.uint8)
     return Operand(plain, cdt, "numpy", dt, a)
+
+
+_TORCH_TYPED: dict = {}  # torch dtype -> conv3d-dx dtype, filled on first use (torch is never imported here)
 
 
 def _torch_operand(name: str, t: Any, dtype: Optional[str]) -> Operand:
@@ -97,10 +114,13 @@ def _torch_operand(name: str, t: Any, dtype: Optional[str]) -> Operand:
     if t.layout != torch.strided:
         raise TypeError(f"{name} has layout {t.layout}; conv3d-dx takes strided tensors")
     t = t.detach()
-    typed = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
-             torch.float8_e4m3fn: "fp8_e4m3fn"}.get(t.dtype)
-    is_integer = not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
-    cdt = _typed_or_raw(name, typed, t.element_size(), is_integer, str(t.dtype), dtype)
+    if not _TORCH_TYPED:
+        _TORCH_TYPED.update({torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+                             torch.float8_e4m3fn: "fp8_e4m3fn"})
+    typed = _TORCH_TYPED.get(t.dtype)
+    cdt = typed or _typed_or_raw(
+        name, typed, t.element_size(),
+        not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool, str(t.dtype), dtype)
     plain = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
     return Operand(plain, cdt, "torch", t.dtype, t)
 
@@ -183,9 +203,9 @@ RESULT_ALIGNMENT = 64
 def aligned_empty(shape: Sequence[int], dtype: Any) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts on a RESULT_ALIGNMENT-byte boundary."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + RESULT_ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % RESULT_ALIGNMENT
+    start = -raw.__array_interface__["data"][0] % RESULT_ALIGNMENT  # (ctypes.data costs twice as much)
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
