@@ -450,7 +450,7 @@ void to_fp8_e4m3fn(const float* src, std::uint8_t* dst, std::int64_t n, bool sat
 struct BytePicks {
   alignas(64) std::array<std::uint8_t, 64> high{}, low{}, fp32_low{}, interleave{};
 };
-const BytePicks kBytePicks = [] {
+constexpr BytePicks kBytePicks = [] {  // (constexpr: no code of this file runs before the CPU is checked)
   BytePicks b;
   for (std::size_t i = 0; i < 64; ++i) {
     b.high[i] = static_cast<std::uint8_t>(2 * i + 1);
