@@ -2472,17 +2472,24 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
   for (Isa isa : {Isa::avx512, Isa::avx2}) {
     if (!cpu_supports(isa)) continue;
     const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
-    // The set's kernels; for AVX-512 also those with and without VBMI, whichever the set took.
+    // The set's kernels; for AVX-512 both forms, with VBMI (which the set takes where the CPU has it) and
+    // without.
     std::vector<cpu::EightBitKernels> variants = {{ks.to_hif8, ks.to_fp8_e4m3fn, ks.widen8}};
-    if (isa == Isa::avx512)
-      for (bool vbmi : {false, true})
-        if (!vbmi || cpu_has_avx512_vbmi()) variants.push_back(cpu::avx512_eight_bit_kernels(vbmi));
+    if (isa == Isa::avx512) {
+      const cpu::EightBitKernels taken = cpu::avx512_eight_bit_kernels(cpu_has_avx512_vbmi());
+      EXPECT_TRUE(ks.to_hif8 == taken.to_hif8 && ks.to_fp8_e4m3fn == taken.to_fp8_e4m3fn &&
+                  ks.widen8 == taken.widen8);
+      variants = {cpu::avx512_eight_bit_kernels(false)};
+      if (cpu_has_avx512_vbmi()) variants.push_back(cpu::avx512_eight_bit_kernels(true));
+    }
     std::vector<std::pair<Encode, Scalar>> encoders;
     for (const cpu::EightBitKernels& v : variants)
       encoders.insert(encoders.end(),
                       {{v.to_hif8, numeric::f32_to_hif8}, {v.to_fp8_e4m3fn, numeric::f32_to_fp8_e4m3fn}});
-    for (const auto& [vector, scalar] : encoders) {
+    for (std::size_t e = 0; e < encoders.size(); ++e) {
+      const auto& [vector, scalar] = encoders[e];
       if (vector == nullptr) continue;
+      SCOPED_TRACE("encoder " + std::to_string(e) + " (HiFloat8, FP8 of each form in turn)");
       ++sets_checked;
       for (bool saturate : {false, true})
         for (std::int64_t len : {n, n - 1, std::int64_t{1}, std::int64_t{15}, std::int64_t{16},
@@ -2508,12 +2515,12 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
     std::vector<std::uint8_t> src(600);
     for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i < 256 ? i : any(rng));
     for (std::int64_t len : {1, 15, 31, 32, 33, 65, 127, 128, 129, 191, 256, 300, 600}) {
-      for (const cpu::EightBitKernels& v : variants) {
+      for (std::size_t f = 0; f < variants.size(); ++f) {
         std::vector<std::uint16_t> out(static_cast<std::size_t>(len + 3), 0xAAAA);
-        v.widen8(src.data(), lut.data(), out.data(), len);
+        variants[f].widen8(src.data(), lut.data(), out.data(), len);
         for (std::int64_t i = 0; i < len + 3; ++i) {
           const std::size_t k = static_cast<std::size_t>(i);
-          ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << len << " at " << i;
+          ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << "form " << f << ", " << len << " at " << i;
         }
       }
       if (ks.widen8_pairs == nullptr || len > 300) continue;

@@ -64,10 +64,7 @@ bool cpu_supports(Isa isa) {
   return false;
 }
 
-bool cpu_has_avx512_vbmi() {
-  __builtin_cpu_init();
-  return cpu_supports(Isa::avx512) && __builtin_cpu_supports("avx512vbmi");
-}
+bool cpu_has_avx512_vbmi() { return cpu_supports(Isa::avx512) && __builtin_cpu_supports("avx512vbmi"); }
 
 Isa detect_isa() {
   for (Isa isa : {Isa::amx_bf16, Isa::avx512_bf16, Isa::avx512, Isa::avx2})

@@ -225,6 +225,10 @@ struct AmxKernels {
 
 const KernelSet& avx512_kernels();  // only after cpu_supports(Isa::avx512)
 const KernelSet& avx2_kernels();    // only after cpu_supports(Isa::avx2)
+const AmxKernels& amx_kernels();    // only after cpu_supports(Isa::amx_bf16)
+// Releases this thread's AMX tile state (after its last AMX tile of a call); a no-op when it holds none.
+void amx_release();
+
 // The AVX-512 set's 8-bit encoders and widening with VBMI's byte permutes (only where
 // cpu_has_avx512_vbmi()), which the set takes where the CPU has them, or without, which it takes elsewhere:
 // for tests of both.
@@ -234,9 +238,6 @@ struct EightBitKernels {
   decltype(KernelSet::widen8) widen8;
 };
 EightBitKernels avx512_eight_bit_kernels(bool vbmi);
-const AmxKernels& amx_kernels();  // only after cpu_supports(Isa::amx_bf16)
-// Releases this thread's AMX tile state (after its last AMX tile of a call); a no-op when it holds none.
-void amx_release();
 
 // Peak-rate probes (`conv3d-dx peak`): `rounds` rounds of multiply-adds into independent accumulators held in
 // registers (more than latency x throughput of the instruction, no memory operands); each returns the flops

@@ -309,6 +309,11 @@ CONV3D_DX_INLINE __m512i top_halves(__m512 lo, __m512 hi) {
   return _mm512_permutex2var_epi16(_mm512_castps_si512(lo), odd, _mm512_castps_si512(hi));
 }
 
+// The pair's NaN lanes, in the order of top_halves' words.
+CONV3D_DX_INLINE __mmask32 nan_lanes(__m512 lo, __m512 hi) {
+  return _mm512_kunpackw(_mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q), _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q));
+}
+
 // The low halves of the pair's values, in order (their even words).
 CONV3D_DX_INLINE __m512i low_halves(__m512 lo, __m512 hi) {
   const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30,
@@ -383,10 +388,7 @@ CONV3D_DX_INLINE auto hif8_codes(bool saturate) {
     code = _mm512_maskz_mov_epi16(_mm512_cmpge_epu16_mask(a, _mm512_set1_epi16(0x3400)), code);
     // NaN: NaN or +0. A top half of inf's bits may be NaN's (low half not zero): compared whole, only then.
     if (_mm512_cmpge_epu16_mask(whole, _mm512_set1_epi16(0x7F80)) != 0)
-      code = _mm512_mask_mov_epi16(
-          code,
-          _mm512_kunpackw(_mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q), _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q)),
-          nan);
+      code = _mm512_mask_mov_epi16(code, nan_lanes(lo, hi), nan);
     return code;
   };
 }
@@ -503,7 +505,7 @@ struct Hif8Vbmi {
       Tables t;
       for (int e = -23; e <= 15; ++e) {
         t.kept[static_cast<std::size_t>((e + 127) % 64)] =
-            static_cast<std::int16_t>(numeric::hif8_mantissa_bits(std::max(e, -16)));
+            static_cast<std::int16_t>(numeric::hif8_mantissa_bits(e));
         t.code[static_cast<std::size_t>((e + 127) % 128)] = numeric::f32_to_hif8(std::ldexp(1.0f, e), false);
       }
       return t;
@@ -533,12 +535,8 @@ struct Hif8Vbmi {
     if (_mm512_cmpge_epu16_mask(_mm512_max_epu16(d0, d1),
                                 _mm512_set1_epi16(static_cast<std::int16_t>(0xFF00))) != 0) {
       const __m512i nan = _mm512_set1_epi16(static_cast<std::int16_t>(kSaturate ? 0 : 0x8000));
-      const auto unordered = [](__m512 lo, __m512 hi) {
-        return _mm512_kunpackw(_mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q),
-                               _mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q));
-      };
-      c0 = _mm512_mask_mov_epi16(c0, unordered(v0, v1), nan);
-      c1 = _mm512_mask_mov_epi16(c1, unordered(v2, v3), nan);
+      c0 = _mm512_mask_mov_epi16(c0, nan_lanes(v0, v1), nan);
+      c1 = _mm512_mask_mov_epi16(c1, nan_lanes(v2, v3), nan);
     }
     return pack_high_bytes(c0, k0, c1, k1);
   }
@@ -698,8 +696,8 @@ CONV3D_DX_VBMI void widen8_vbmi(const std::uint8_t* src, const std::uint16_t* lu
     hi[k] = _mm512_permutex2var_epi8(a, high, b);
   }
   const auto widen = [&](__m512i codes, __m512i& first, __m512i& second) CONV3D_DX_VBMI_LAMBDA {
-    codes = _mm512_maskz_permutexvar_epi8(~__mmask64{0}, interleave,
-                                          codes);  // (maskz: GCC 12 warns of the plain one)
+    // (maskz: GCC 12 warns of the plain form's undefined pass-through)
+    codes = _mm512_maskz_permutexvar_epi8(~__mmask64{0}, interleave, codes);
     const __mmask64 top = _mm512_movepi8_mask(codes);
     const __m512i l = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], codes, lo[1]),
                                              _mm512_permutex2var_epi8(lo[2], codes, lo[3]));
