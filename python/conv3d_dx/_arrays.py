@@ -38,6 +38,11 @@ class Operand:
     element_type: Any  # the caller's numpy dtype or torch dtype (integer for raw codes)
     memory: Any  # the caller's object after DLPack import: a result is allocated like it
 
+    def core(self) -> Any:
+        """The object the core imports for `array` (a torch tensor's DLPack capsule is used up by one import,
+        so one per call)."""
+        return as_core_array(self.array)
+
 
 def value_error(parameter: str, message: str) -> ValueError:
     """A ValueError naming its parameter, as the library's errors do (the `parameter` attribute)."""
@@ -100,8 +105,7 @@ def _numpy_operand(name: str, a: np.ndarray, dtype: Optional[str]) -> Operand:
     typed = _numpy_typed(dt)
     cdt = typed or _typed_or_raw(name, typed, dt.itemsize, dt.kind in "ui", str(dt), dtype)
     # Extension dtypes reach the core as their integer codes (same memory, same strides).
-    plain = a if dt.kind in "fui" else a.view(np.uint16 if dt.itemsize == 2 else np.uint8)
-    return Operand(plain, cdt, "numpy", dt, a)
+    return Operand(as_core_array(a), cdt, "numpy", dt, a)
 
 
 _TORCH_TYPED: dict = {}  # torch dtype -> conv3d-dx dtype, filled on first use (torch is never imported here)
@@ -118,9 +122,8 @@ def _torch_operand(name: str, t: Any, dtype: Optional[str]) -> Operand:
         _TORCH_TYPED.update({torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
                              torch.float8_e4m3fn: "fp8_e4m3fn"})
     typed = _TORCH_TYPED.get(t.dtype)
-    cdt = typed or _typed_or_raw(
-        name, typed, t.element_size(),
-        not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool, str(t.dtype), dtype)
+    is_integer = not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
+    cdt = typed or _typed_or_raw(name, typed, t.element_size(), is_integer, str(t.dtype), dtype)
     plain = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
     return Operand(plain, cdt, "torch", t.dtype, t)
 
@@ -167,8 +170,9 @@ def mark_written(out: Any) -> None:
 # first whenever no huge page is free, and the call waits for it: Xeon VM under "madvise", a new 16 MiB y
 # took 37-98 ms in most of the first 8 calls advised against about 7 ms not (1.7 ms for both once the
 # allocator reused its memory), and a 64 MiB y, mapped anew by every call, medians of 31.6 and 37.3 ms with
-# calls from 18 to 71 ms advised against 32.8 and 33.1 ms, every call within 31-35, not. CONV3D_DX_MADVISE_HUGEPAGE=1 in the environment advises always, =0
-# never (numpy advises its own large arrays always, unless NUMPY_MADVISE_HUGEPAGE=0).
+# calls from 18 to 71 ms advised against 32.8 and 33.1 ms, every call within 31-35, not.
+# CONV3D_DX_MADVISE_HUGEPAGE=1 in the environment advises always, =0 never (numpy advises its own large
+# arrays always, unless NUMPY_MADVISE_HUGEPAGE=0).
 HUGE_PAGE_RESULT_BYTES = 4 << 20
 THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
 

@@ -78,10 +78,8 @@ def conv3d_backprop_input_v2(input_size: Sequence[int], filter: Any, out_backpro
                                           keep_memory_format=True))
         return _arrays.as_core_array(allocated[0])
 
-    core = _arrays.as_core_array
-    _core.backprop_input(attrs, core(w.array), w.dtype, core(dy.array), dy.dtype,
-                         None if y is None else core(y.array), "out" if y is not None else "output_dtype",
-                         allocate, _threads(threads))
+    _core.backprop_input(attrs, w.core(), w.dtype, dy.core(), dy.dtype, None if y is None else y.core(),
+                         "out" if y is not None else "output_dtype", allocate, _threads(threads))
     if out is None:
         return allocated[0]
     _arrays.mark_written(out)
@@ -128,8 +126,7 @@ class Plan:
         attrs, dy, w, _ = _prepare(input_size, filter, out_backprop, strides, pads, dilations, groups,
                                    data_format, filter_format, enable_hf32, output_dtype, saturate, None,
                                    dtype)
-        self._plan = _core.Plan(attrs, _arrays.as_core_array(w.array), w.dtype, _arrays.as_core_array(dy.array),
-                                dy.dtype, _threads(threads), keep_filter)
+        self._plan = _core.Plan(attrs, w.core(), w.dtype, dy.core(), dy.dtype, _threads(threads), keep_filter)
         self._attrs = attrs
         self._dy = dy
         self._filter_dtype = w.dtype
@@ -164,11 +161,11 @@ class Plan:
         o = _arrays.output_operand("out", out, self._attrs.y_dtype)
         if o.dtype != self._attrs.y_dtype:
             raise TypeError(f"out holds {o.dtype} but the plan was made for {self._attrs.y_dtype}")
-        return out, _arrays.as_core_array(o.array)
+        return out, o.core()
 
     def pack_filter(self, filter: Any) -> None:
         """Packs `filter` for execute_packed()."""
-        self._plan.pack_filter(_arrays.as_core_array(self._input("filter", filter, self._filter_dtype).array))
+        self._plan.pack_filter(self._input("filter", filter, self._filter_dtype).core())
 
     def execute(self, out_backprop: Any, filter: Any, out: Any = None) -> Any:
         """Packs `filter` (kept for execute_packed unless keep_filter=False) and computes y from
@@ -176,7 +173,7 @@ class Plan:
         dy = self._input("out_backprop", out_backprop, self._dy.dtype)
         w = self._input("filter", filter, self._filter_dtype)
         result, y = self._output(out)
-        self._plan.execute(_arrays.as_core_array(dy.array), _arrays.as_core_array(w.array), y)
+        self._plan.execute(dy.core(), w.core(), y)
         if out is not None:
             _arrays.mark_written(out)
         return result
@@ -185,7 +182,7 @@ class Plan:
         """Computes y from `out_backprop` with the filter packed last."""
         dy = self._input("out_backprop", out_backprop, self._dy.dtype)
         result, y = self._output(out)
-        self._plan.execute_packed(_arrays.as_core_array(dy.array), y)
+        self._plan.execute_packed(dy.core(), y)
         if out is not None:
             _arrays.mark_written(out)
         return result
