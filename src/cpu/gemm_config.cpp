@@ -282,7 +282,11 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   const std::int64_t dy_plane_bytes = saturating_mul(
       saturating_mul(c.hhalo_lo + p.dy_size[1] + c.hhalo_hi, c.halo_lo + p.dy_size[2] + c.halo_hi),
       saturating_mul(c.kpad, elem));
-  const bool window_allowed = c.amx && p.G == 1 && c.blocks_inner && !c.plane_mode && !c.flat && !c.d_inner;
+  // The threads take each other's window tasks through one word per share (two 32-bit task counts).
+  const std::int64_t row_tasks = saturating_mul(saturating_mul(p.N, p.y_size[0]),
+                                                saturating_mul(p.y_size[1], ceil_div(p.Cin_g, block_width)));
+  const bool window_allowed = c.amx && p.G == 1 && c.blocks_inner && !c.plane_mode && !c.flat && !c.d_inner &&
+                              row_tasks < (std::int64_t{1} << 32);
   c.dy_window = window_allowed &&
                 (tuning.dy_window >= 0
                      ? tuning.dy_window == 1

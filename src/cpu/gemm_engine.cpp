@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <type_traits>
@@ -283,29 +282,35 @@ class GemmEngine final : public EngineImpl {
   // the dy planes its tasks' D taps reach into its own window, which slides along them: the planes it holds
   // already move, the others are converted. Returns whether a converted plane holds a tiny bf16 value.
   bool run_windowed(const void* dy, void* y, void* workspace, bool tiny_dy) const {
-    struct Share {
-      std::mutex mutex;
-      std::int64_t front, back;  // the tasks [front, back) not yet taken
+    // A share's tasks not yet taken, [base + front, base + back), as front << 32 | back in one word that the
+    // owner and the others update by compare-and-swap: a lock here would put a thread that finds it taken to
+    // sleep in the kernel, tens of microseconds on a VM, at every call's end where they meet (GemmConfig
+    // allows window mode only where a share's task count fits 32 bits). On a line of its own.
+    struct alignas(64) Share {
+      std::int64_t base = 0;
+      std::atomic<std::uint64_t> range{0};
     };
     std::vector<Share> shares(static_cast<std::size_t>(threads_));
     for (std::size_t th = 0; th < shares.size(); ++th) {
-      shares[th].front = window_split_[th];
-      shares[th].back = window_split_[th + 1];
+      shares[th].base = window_split_[th];
+      shares[th].range.store(static_cast<std::uint64_t>(window_split_[th + 1] - window_split_[th]),
+                             std::memory_order_relaxed);
     }
     // The owner takes a few tasks from the front at a time (fewer as its share runs out), others one from
     // the back.
     const auto take = [](Share& share, bool owner, std::int64_t& begin, std::int64_t& end) {
-      const std::lock_guard<std::mutex> lock(share.mutex);
-      const std::int64_t left = share.back - share.front;
-      if (left <= 0) return false;
-      if (owner) {
-        begin = share.front;
-        share.front += std::max<std::int64_t>(1, left / 16);
-        end = share.front;
-      } else {
-        end = share.back--;
-        begin = share.back;
-      }
+      std::uint64_t range = share.range.load(std::memory_order_relaxed), taken;
+      do {
+        const std::int64_t front = static_cast<std::int64_t>(range >> 32),
+                           back = static_cast<std::int64_t>(range & 0xffffffffu), left = back - front;
+        if (left <= 0) return false;
+        begin = owner ? front : back - 1;
+        end = owner ? front + std::max<std::int64_t>(1, left / 16) : back;
+        taken = owner ? static_cast<std::uint64_t>(end) << 32 | static_cast<std::uint64_t>(back)
+                      : static_cast<std::uint64_t>(front) << 32 | static_cast<std::uint64_t>(begin);
+      } while (!share.range.compare_exchange_weak(range, taken, std::memory_order_relaxed));
+      begin += share.base;
+      end += share.base;
       return true;
     };
     const Axis& D = ax_[0];
