@@ -1643,40 +1643,8 @@ class GemmEngine final : public EngineImpl {
                   void* y) const {
     const auto& s = p_.y_strides;
     const std::int64_t base = y_at(n, c0, id, ih, iw0), ps = step * s[4];
-    if (s[1] == 1 && p_.y_dtype == DType::bf16 && ks_.store_rows_bf16) {
-      ks_.store_rows_bf16(tile, cbw, m, valid, static_cast<std::uint16_t*>(y) + base, ps,
-                          p_.overflow == OverflowMode::saturate);
-    } else if (s[1] == 1 && ps == valid && valid == cbw) {  // the pixels' channels follow on: one run
-      store_run(p_, ks_, tile, 1, y, base, 1, m * valid);
-    } else if (s[1] == 1 && p_.y_dtype != DType::f32) {
-      // Channels contiguous, encoded: pixels converted together into a buffer (one call per 4 KiB of
-      // codes rather than one per pixel, which for short runs cost more than the encoding; a part-filled
-      // block's padding channels too: suite f, 3 of 16 channels, HiFloat8 0.86x the time, FP8 0.91x), then
-      // each pixel's valid channels copied.
-      const auto es = static_cast<std::int64_t>(dtype_size(p_.y_dtype));
-      alignas(64) unsigned char codes[4096];
-      const std::int64_t per = std::max<std::int64_t>(1, std::int64_t{sizeof codes} / (es * cbw));
-      // The copies at a size known here for whole blocks (a call of memcpy per pixel took 6-8 % of
-      // HiFloat8 unet_up's time).
-      const auto copy_pixels = [&](auto bytes, std::int64_t p0, std::int64_t count) {
-        for (std::int64_t p = 0; p < count; ++p)
-          std::memcpy(static_cast<char*>(y) + (base + (p0 + p) * ps) * es, codes + p * cbw * es,
-                      static_cast<std::size_t>(bytes));
-      };
-      using Bytes32 = std::integral_constant<std::int64_t, 32>;
-      using Bytes64 = std::integral_constant<std::int64_t, 64>;
-      for (std::int64_t p0 = 0; p0 < m; p0 += per) {
-        const std::int64_t count = std::min(per, m - p0), bytes = es * valid;
-        store_run(p_, ks_, tile + p0 * cbw, 1, codes, 0, 1, count * cbw);
-        if (bytes == 32)
-          copy_pixels(Bytes32{}, p0, count);
-        else if (bytes == 64)
-          copy_pixels(Bytes64{}, p0, count);
-        else
-          copy_pixels(bytes, p0, count);
-      }
-    } else if (s[1] == 1) {  // channels contiguous: one run per pixel
-      for (std::int64_t p = 0; p < m; ++p) store_run(p_, ks_, tile + p * cbw, 1, y, base + p * ps, 1, valid);
+    if (s[1] == 1) {
+      store_channel_last(p_, ks_, tile, cbw, m, valid, y, base, ps);
     } else if (ps == 1) {
       store_channel_first(p_, ks_, tile, cbw, m, valid, y, base, s[1], config_.uncached_y);
     } else {  // one run per channel across the pixels

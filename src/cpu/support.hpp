@@ -204,6 +204,12 @@ void store_run(const Problem& p, const KernelSet& ks, const float* src, std::int
 // are better stored past the caches (no read of each line first, no write back later).
 bool y_outgrows_l2(const Problem& p, const CpuModel& cpu, int threads);
 
+// Writes tile [m][cbw] fp32 (the first `valid` values of each row: channels of one pixel) to y with
+// contiguous channels and pixels y_ps apart: y[at + i * y_ps + c] = tile[i * cbw + c], rounded to y's dtype
+// with the problem's overflow mode. valid <= cbw <= 1024.
+void store_channel_last(const Problem& p, const KernelSet& ks, const float* tile, std::int64_t cbw,
+                        std::int64_t m, std::int64_t valid, void* y, std::int64_t at, std::int64_t y_ps);
+
 // Writes tile [m][tile_rs] fp32 (the first `valid` values of each row: channels of one pixel) to y with
 // channels c_stride apart and pixels contiguous: y[at + c * c_stride + i] = tile[i * tile_rs + c], rounded
 // to y's dtype with the problem's overflow mode. valid <= kMaxNv * 16. uncached: an fp32 y's whole 64-byte
