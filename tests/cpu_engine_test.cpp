@@ -82,19 +82,21 @@ void run_pointwise(const Problem& p, Instance& inst, Isa isa, int threads = 2,
   run_engine(std::move(engine), why, inst);
 }
 
-// The instance's channel-last dy relaid so that its pixels follow one another but its rows, planes and
-// images lie apart (3, 5 and 7 elements after each), with the same values; the spec views the new dy.
-void relay_dy_rows_apart(Instance& inst) {
+// The instance's channel-last dy relaid with `pixel_gap` elements after each pixel's channels and `row_gap`,
+// `plane_gap` and `image_gap` after each row, plane and image, with the same values; the spec views the new
+// dy.
+void relay_dy(Instance& inst, std::int64_t pixel_gap, std::int64_t row_gap, std::int64_t plane_gap,
+              std::int64_t image_gap) {
   const TensorView& dense = inst.dy.view;
   const std::int64_t C = dense.shape[4];
   Tensor apart;
   apart.view = dense;
   auto& st = apart.view.strides;  // N, D, H, W, C
   st[4] = 1;
-  st[3] = C;
-  st[2] = dense.shape[3] * C + 3;
-  st[1] = dense.shape[2] * st[2] + 5;
-  st[0] = dense.shape[1] * st[1] + 7;
+  st[3] = C + pixel_gap;
+  st[2] = dense.shape[3] * st[3] + row_gap;
+  st[1] = dense.shape[2] * st[2] + plane_gap;
+  st[0] = dense.shape[1] * st[1] + image_gap;
   apart.bytes.assign(static_cast<std::size_t>(dense.shape[0] * st[0]) * dtype_size(dense.dtype), 0);
   apart.view.data = apart.bytes.data();
   for (std::int64_t n = 0; n < dense.shape[0]; ++n)
@@ -108,6 +110,9 @@ void relay_dy_rows_apart(Instance& inst) {
   inst.dy = std::move(apart);
   inst.spec.out_backprop = inst.dy.view;
 }
+
+// Pixels that follow one another, rows, planes and images apart (3, 5 and 7 elements after each).
+void relay_dy_rows_apart(Instance& inst) { relay_dy(inst, 0, 3, 5, 7); }
 
 // A case for the dy-rows-apart tests: 2 images of 3 x 4 x 9, pads of 1, `dtype` throughout (fp32 with HF32,
 // so that its dy is converted rather than read in place).
@@ -866,9 +871,10 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     Plan plan(p, o);
     EXPECT_EQ(plan.engine_name(), name);
     if (isa == Isa::avx2 && cpu_supports(Isa::avx512_bf16)) {  // (elsewhere "the CPU lacks ..." instead)
-      ASSERT_FALSE(plan.declined().empty());
-      const std::vector<std::string> declined(plan.declined().begin() + 1, plan.declined().end());
-      EXPECT_EQ(plan.declined()[0].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[0];
+      ASSERT_GE(plan.declined().size(), 2u);
+      const std::vector<std::string> declined(plan.declined().begin() + 2, plan.declined().end());
+      EXPECT_EQ(plan.declined()[0].rfind("pointwise_amx_bf16: ", 0), 0u) << plan.declined()[0];
+      EXPECT_EQ(plan.declined()[1].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[1];
       EXPECT_EQ(declined,
                 (std::vector<std::string>{
                     "stream_avx512: needs avx512, requested avx2",
@@ -892,19 +898,20 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     o.isa = Isa::avx512_bf16;
     Plan plan(validate(f32.spec), o);
     EXPECT_EQ(plan.engine_name(), "gemm_avx512");
-    ASSERT_GE(plan.declined().size(), 7u);
-    EXPECT_EQ(plan.declined()[0].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[0];
-    EXPECT_EQ(plan.declined()[1],
+    ASSERT_GE(plan.declined().size(), 8u);
+    EXPECT_EQ(plan.declined()[0].rfind("pointwise_amx_bf16: ", 0), 0u) << plan.declined()[0];
+    EXPECT_EQ(plan.declined()[1].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[1];
+    EXPECT_EQ(plan.declined()[2],
               "stream_avx512: the filter has 2160 elements, fewer than 2^20: packing it costs little");
-    EXPECT_NE(plan.declined()[2].find("pixel_avx512_bf16: inputs not exact in bf16"), std::string::npos)
-        << plan.declined()[2];
-    EXPECT_EQ(plan.declined()[3], "pixel_avx512: Cin/groups is 20, more than 8");
-    EXPECT_NE(plan.declined()[4].find("pointwise_avx512_bf16: inputs not exact in bf16"), std::string::npos)
-        << plan.declined()[4];
-    EXPECT_EQ(plan.declined()[5], "pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)");
-    EXPECT_NE(plan.declined()[6].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
-        << plan.declined()[6];
-    EXPECT_EQ(plan.declined().size(), 7u) << "no AVX2 engine is tried once the AVX-512 GEMM takes it";
+    EXPECT_NE(plan.declined()[3].find("pixel_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[3];
+    EXPECT_EQ(plan.declined()[4], "pixel_avx512: Cin/groups is 20, more than 8");
+    EXPECT_NE(plan.declined()[5].find("pointwise_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[5];
+    EXPECT_EQ(plan.declined()[6], "pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)");
+    EXPECT_NE(plan.declined()[7].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
+        << plan.declined()[7];
+    EXPECT_EQ(plan.declined().size(), 8u) << "no AVX2 engine is tried once the AVX-512 GEMM takes it";
   }
   // Few input channels per group: the pixel engine, over bf16 pairs where the inputs allow.
   if (cpu_supports(Isa::avx512)) {
@@ -1336,6 +1343,126 @@ TEST_P(CpuPointwise, EmptyBatchRunsAsAnEmptySuccess) {
 INSTANTIATE_TEST_SUITE_P(Isas, CpuPointwise, ::testing::Values(Isa::avx2, Isa::avx512, Isa::avx512_bf16),
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
+// The pointwise engine on AMX tiles (channel-last tensors, inputs exact in bf16): pixel counts around its
+// 32-pixel tiles and their 16-row halves, input channels around its 32-channel blocks, output channels around
+// its 16-pair tile products and 128-pair chunks (odd counts: a zero channel in the last pair), bf16,
+// HiFloat8 and FP8 E4M3FN inputs, y in the input type or fp32, groups, every filter layout (NCDHW and NDHWC
+// paired by kernels, DHWCN value by value), dy pixels spaced wider than their channels; exact on small
+// integers into fp32; 1, 2 and 3 threads give the same bits.
+TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "CPU lacks amx_bf16";
+  std::mt19937_64 rng(151);
+  const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 1},  {1, 1, 15}, {1, 2, 8},
+                                                          {1, 1, 17}, {1, 1, 31}, {1, 4, 8},
+                                                          {1, 3, 11}, {2, 3, 11}, {1, 5, 13}};
+  const DType dtypes[] = {DType::bf16, DType::hif8, DType::fp8_e4m3fn};
+  std::size_t k = 0;
+  for (std::int64_t cin : {1, 16, 17, 32, 33, 80})
+    for (std::int64_t cout : {1, 2, 31, 32, 33, 255, 256, 257, 300}) {
+      Case c = with_dtype(Case{}, dtypes[k % 3]);
+      c.data_format = Layout::NDHWC;
+      c.kernel = {1, 1, 1};
+      c.in = sizes[k % sizes.size()];
+      c.N = 1 + static_cast<std::int64_t>(k % 2);
+      c.groups = k % 4 == 1 ? 2 : 1;
+      c.Cin = cin * c.groups;
+      c.Cout = cout * c.groups;
+      c.y_dtype = k % 2 == 1 ? DType::f32 : c.dtype;
+      c.filter_format = kFilterFormats[k % 3];
+      const bool pixels_apart = k % 5 == 0;
+      ++k;
+      for (Fill fill : {Fill::small_integers, Fill::random}) {
+        Instance inst = instantiate(c, rng, fill);
+        if (pixels_apart) relay_dy(inst, 3, 0, 0, 0);
+        const std::string what = c.name() + (pixels_apart ? ", dy pixels apart" : "");
+        const Problem p = validate(inst.spec);
+        run_pointwise(p, inst, Isa::amx_bf16);
+        ASSERT_TRUE(matches_reference(p, inst)) << what;
+        if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+          ASSERT_TRUE(exactly_reference(p, inst)) << what;
+        }
+        ASSERT_TRUE(padding_intact(inst.y)) << what;
+        const Tensor first = inst.y;
+        for (int threads : {1, 3}) {
+          fill_canary(inst.y);
+          run_pointwise(p, inst, Isa::amx_bf16, threads);
+          EXPECT_TRUE(same_bits(first, inst.y)) << what << ", " << threads << " threads";
+        }
+      }
+    }
+}
+
+// Infinities and NaNs in dy and the filter reach y as the reference has them, and nowhere else: the padding
+// channels of a panel row (past the last of 257 output channels, in the second chunk) are zeroed, not left
+// holding the first chunk's values, which the zero padding of the filter would turn into 0 x inf = NaN.
+TEST(CpuPointwiseAmx, NonFiniteInputsMatchReference) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "CPU lacks amx_bf16";
+  std::mt19937_64 rng(163);
+  Case c = with_dtype(Case{}, DType::bf16);
+  c.data_format = Layout::NDHWC;
+  c.kernel = {1, 1, 1};
+  c.Cin = 40;
+  c.Cout = 257;
+  c.in = {1, 2, 20};
+  c.y_dtype = DType::f32;
+  Instance inst = instantiate(c, rng, Fill::small_integers);
+  auto* dy = static_cast<std::uint16_t*>(inst.dy.view.data);
+  const auto& ds = inst.dy.view.strides;  // N, D, H, W, C
+  dy[3 * ds[3] + 5] = 0x7F80;             // +inf in the first chunk
+  dy[35 * ds[3]] = 0x7FC0;                // NaN, in the second tile
+  dy[7 * ds[3] + 256] = 0xFF80;           // -inf, the second chunk's only channel
+  const TensorView& w = inst.filter.view;
+  static_cast<std::uint16_t*>(w.data)[100 * w.strides[0] + 7 * w.strides[1]] = 0x7F80;
+  const Problem p = validate(inst.spec);
+  run_pointwise(p, inst, Isa::amx_bf16);
+  EXPECT_TRUE(matches_reference(p, inst)) << c.name();
+}
+
+// Plan prefers it for channel-last pointwise problems; it declines, saying why, channel-first tensors,
+// pixels not equally spaced, inputs not exact in bf16, a group's packed filter beyond 3/4 of L2, and other
+// kernels.
+TEST(CpuPointwiseAmx, TakesChannelLastPointwiseProblemsWithinL2) {
+  if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "CPU lacks amx_bf16";
+  std::mt19937_64 rng(157);
+  Case ok = with_dtype(Case{}, DType::bf16);
+  ok.data_format = Layout::NDHWC;
+  ok.kernel = {1, 1, 1};
+  ok.Cin = 64;
+  ok.Cout = 64;
+  ok.in = {2, 3, 4};
+  {
+    Instance inst = instantiate(ok, rng, Fill::random);
+    Options o;
+    o.isa = Isa::amx_bf16;
+    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(), "pointwise_amx_bf16");
+  }
+  // A 16 KiB L2: 64 x 64 channels pack to 8 KiB, 64 x 128 to 16 KiB (over 12).
+  CpuModel small = host_cpu_model();
+  small.l2_bytes = 16 << 10;
+  Case wide = ok, first = ok, kernel = ok, fp16 = with_dtype(ok, DType::f16);
+  wide.Cout = 128;
+  first.data_format = Layout::NCDHW;
+  kernel.kernel = {1, 1, 2};
+  // (case, dy rows apart, what the refusal says: nothing where it is taken)
+  const std::tuple<Case, bool, std::string> cases[] = {{ok, false, ""},
+                                                       {wide, false, "3/4 of L2"},
+                                                       {first, false, "not contiguous"},
+                                                       {ok, true, "equally spaced"},
+                                                       {fp16, false, "not exact in bf16"},
+                                                       {kernel, false, "not pointwise"}};
+  for (const auto& [c, apart, needle] : cases) {
+    Instance inst = instantiate(c, rng, Fill::random);
+    if (apart) relay_dy_rows_apart(inst);
+    const Problem p = validate(inst.spec);
+    EngineRequest request = named_request(p, 2, Isa::amx_bf16);
+    request.cpu = small;
+    std::string why;
+    auto engine = cpu::make_pointwise(request, Isa::amx_bf16, why);
+    EXPECT_EQ(engine == nullptr, !needle.empty()) << c.name() << ": " << why;
+    EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
+  }
+}
+
 // The filter-streaming engine (small maps, large NCDHW filters), with its filter-size threshold lifted so
 // small filters run it: y pixels of all images around its vectors and chunks (AVX-512 16 and 64 pixels, AVX2
 // 8 and 32; 1 to 512 pixels), input channels around its tiles (AVX-512 24, 12, 8 or 6 rows; AVX2 14, 6, 4
@@ -1626,8 +1753,9 @@ void scale_bf16(Tensor& t, int e) {
 // vdpbf16ps treats denormal inputs as zero and flushes denormal products and partial sums. On small
 // integers scaled to tiny magnitudes (bf16 subnormal inputs; products down to 2^-149; sums whose partial
 // values pass through the denormal range) every fp32 sum is still exact, so y must equal the exact sums:
-// the bf16 engines (GEMM with NCDHW and DHWCN filters, pixel and pointwise, both layouts, even and odd Cout
-// for in-place and converted dy) switch to exact kernels; and 1 and 2 threads give the same bits.
+// the bf16 engines (GEMM with NCDHW and DHWCN filters, pixel and pointwise (channel-last on AMX), both
+// layouts, even and odd Cout for in-place and converted dy) switch to exact kernels; and 1 and 2 threads give
+// the same bits.
 TEST(CpuBf16, TinyInputsAreExact) {
   if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
   std::mt19937_64 rng(113);
@@ -1635,15 +1763,15 @@ TEST(CpuBf16, TinyInputsAreExact) {
   // (dy exponent, filter exponent): both tiny; dy subnormal only; filter subnormal only; products 2^-149.
   const std::pair<int, int> scales[] = {{-64, -64}, {-130, 0}, {0, -130}, {-70, -79}};
   // GEMM, pixel, pointwise, GEMM on AMX tiles over flat planes and along rows, dy converted into windows
-  // per thread (kind 4) or beforehand (kind 7) (where the CPU has AMX)
-  for (int kind : {0, 1, 2, 3, 4, 5, 6, 7})
+  // per thread (kind 4) or beforehand (kind 7), pointwise on AMX (kind 8) (where the CPU has AMX)
+  for (int kind : {0, 1, 2, 3, 4, 5, 6, 7, 8})
     for (Layout fmt : kDataFormats)
       for (std::int64_t cout : {4, 5})
         for (auto [dy_e, w_e] : scales) {
           // kinds 5 and 6: GEMM with a DHWCN filter (packed by a transpose of channel pairs), 6 on AMX
-          const bool pixel = kind == 1, pointwise = kind == 2,
-                     on_amx = kind == 3 || kind == 4 || kind == 6 || kind == 7;
-          if ((pointwise && fmt != Layout::NCDHW) || (on_amx && !amx)) continue;
+          const bool pixel = kind == 1, pointwise = kind == 2 || kind == 8,
+                     on_amx = kind == 3 || kind == 4 || kind == 6 || kind == 7 || kind == 8;
+          if ((pointwise && fmt != (kind == 8 ? Layout::NDHWC : Layout::NCDHW)) || (on_amx && !amx)) continue;
           Case c = with_dtype(Case{}, DType::bf16);
           c.y_dtype = DType::f32;
           c.data_format = fmt;
@@ -1667,14 +1795,14 @@ TEST(CpuBf16, TinyInputsAreExact) {
           const std::string what = c.name() + ", dy 2^" + std::to_string(dy_e) + ", filter 2^" +
                                    std::to_string(w_e) +
                                    (pixel       ? ", pixel"
-                                    : pointwise ? ", pointwise"
+                                    : pointwise ? (kind == 8 ? ", pointwise on AMX" : ", pointwise")
                                     : on_amx ? ", gemm on AMX" + std::string(kind == 4 ? ", dy windows" : "")
                                              : ", gemm");
           const auto run = [&](const Problem& q, Instance& i, int threads) {
             if (pixel)
               run_pixel(q, i, Isa::avx512_bf16, threads);
             else if (pointwise)
-              run_pointwise(q, i, Isa::avx512_bf16, threads);
+              run_pointwise(q, i, kind == 8 ? Isa::amx_bf16 : Isa::avx512_bf16, threads);
             else {
               cpu::GemmTuning tuning{0, 0, kind == 3 ? 2 : kind == 4 || kind == 7 ? 0 : -1};
               tuning.dy_window = kind == 4 ? 1 : kind == 7 ? 0 : -1;

@@ -26,8 +26,33 @@ namespace conv3d_dx::cpu {
 // images of 8 x 32 x 32 unchanged (0.93-1.03x).
 constexpr std::int64_t kMinWidth = 48, kMaxWidth = 256;
 
+// AMX (channel-last tensors): tiles of kAmxWidth pixels, reduced in chunks of kAmxChunk channel pairs. Each
+// chunk of the tile's dy is copied into a panel (a pixel's pairs on one 64-byte-aligned row, so the tiles
+// load it as it lies) as it is reduced, where it stays in L1 for every block's tile products, the blocks'
+// filter for the chunk streaming from L2; a separate pass converting all of dy first would write it out and
+// read it back. The width is fixed (not shared out by threads): a chunk whose panel holds a tiny value
+// runs the exact kernels, so a pixel's sum must not depend on which other pixels share its tile.
+// The filter tiles are loaded with the streaming hint (tileloaddt1), leaving L1 to the panel. Only where a
+// group's packed filter fits in 3/4 of L2 (make_pointwise): each tile reads all of it.
+// Xeon with AMX (model 167), bf16 channels_last, 2 threads, medians of paired calls against the GEMM engine
+// (which converts all of dy first): suite i (2730 -> 256 over 4 x 16 x 16) 0.86-0.93x the time, 512 -> 64
+// over 2 x 8 x 32 x 32 0.61x, 64 -> 512 0.75x, 256 -> 256 over 16 x 32 x 32 0.88x, 2048 -> 128 over 2 x 2 x 8
+// x 8 0.87x; HiFloat8 i 0.90x, FP8 i 0.93x. Tiles of 64 to 256 pixels or chunks of 32 to 256 pairs measured
+// slower on i (by 3-30 %); 1024 -> 1024 over 4 x 16 x 16 (a 2 MiB filter) 1.05-1.19x, hence the bound.
+constexpr std::int64_t kAmxWidth = 32, kAmxChunk = 128;
+constexpr bool kAmxStreamFilter = true;
+
 PointwiseBlocking pointwise_blocking(const Problem& p, const CpuModel& cpu, int threads, Isa isa) {
   const KernelSet& ks = kernels_for(isa);
+  if (isa == Isa::amx_bf16) {
+    PointwiseBlocking b;
+    b.nv = 2;
+    const std::int64_t pairs = ceil_div(p.Cout_g, 32) * 16;
+    b.width = kAmxWidth;
+    b.chunk = std::min(pairs, kAmxChunk);
+    b.kp = (ceil_div(b.chunk, 16) | 1) * 16;
+    return b;
+  }
   const std::int64_t steps = isa == Isa::avx512_bf16 ? (p.Cout_g + 1) / 2 : p.Cout_g;
   PointwiseBlocking b;
   b.nv = static_cast<int>(std::min<std::int64_t>(ks.nv_for_reduction(steps), ceil_div(p.Cin_g, ks.lanes)));
@@ -73,8 +98,11 @@ class PointwiseEngine final : public EngineImpl {
         p_(request.problem),
         threads_(request.threads),
         ks_(ks),
+        amx_(isa == Isa::amx_bf16),
         pairs_(pairs),
-        k_(pairs ? (p_.Cout_g + 1) / 2 : p_.Cout_g),
+        k_(amx_    ? ceil_div(p_.Cout_g, 32) * 16
+           : pairs ? (p_.Cout_g + 1) / 2
+                   : p_.Cout_g),
         nv_(b.nv),
         unit_(nv_ * ks.lanes),
         units_(ceil_div(p_.Cin_g, unit_)),
@@ -107,9 +135,9 @@ class PointwiseEngine final : public EngineImpl {
 
   std::string name() const override { return name_; }
   std::string config() const override {
-    return "tiles of up to " + std::to_string(width_) + " pixels, channel blocks of " +
-           std::to_string(unit_) + ", reduction in " + std::to_string(chunks_) +
-           (chunks_ > 1 ? " chunks of " : " chunk of ") + std::to_string(chunk_) +
+    return std::string(amx_ ? "AMX tiles, channel-last, " : "") + "tiles of up to " + std::to_string(width_) +
+           " pixels, channel blocks of " + std::to_string(unit_) + ", reduction in " +
+           std::to_string(chunks_) + (chunks_ > 1 ? " chunks of " : " chunk of ") + std::to_string(chunk_) +
            (pairs_ ? " channel pairs" : " channels") + (uncached_y_ ? ", y stored uncached" : "");
   }
 
@@ -121,12 +149,35 @@ class PointwiseEngine final : public EngineImpl {
     std::vector<unsigned char> tiny(static_cast<std::size_t>(p_.G * units_), 0);
     // fp32 runs with contiguous input channels (any 1 x 1 x 1 NCDHW filter) are widened by vector kernels.
     const bool widen = !pairs_ && s[1] == 1 && w_reader_.widens(ks_);
+    // bf16 pairs from bf16 or 8-bit runs of contiguous input channels (any 1 x 1 x 1 NCDHW or NDHWC filter):
+    // each pair of output channels' runs interleaved (8-bit codes widened by table on the way) by a kernel.
+    const std::uint16_t* table = w_reader_.bf16_table();
+    const bool pair_runs = pairs_ && s[1] == 1 && ks_.interleave_bf16 && ks_.widen8_pairs &&
+                           ks_.any_tiny_bf16 && (p_.filter_dtype == DType::bf16 || table != nullptr);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * units_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t unit = begin; unit < end; ++unit) {
           const std::int64_t g = unit / units_, ci0 = unit % units_ * unit_;
           const std::int64_t valid = std::min<std::int64_t>(unit_, p_.Cin_g - ci0);
           bool any = false;
+          if (pair_runs) {  // a pair of output channels' runs interleaved by a kernel
+            auto* w = static_cast<std::uint16_t*>(wpack_.get()) + unit * k_ * unit_ * 2;
+            for (std::int64_t co = 0; co < p_.Cout_g; co += 2, w += unit_ * 2) {
+              const std::int64_t src = (g * p_.Cout_g + co) * s[0] + ci0;
+              const bool second = co + 1 < p_.Cout_g;
+              if (table != nullptr) {
+                const auto* codes = static_cast<const std::uint8_t*>(filter);
+                any |= ks_.widen8_pairs(codes + src, second ? codes + src + s[0] : nullptr, table, w, valid,
+                                        false);
+              } else {
+                const auto* bits = static_cast<const std::uint16_t*>(filter);
+                ks_.interleave_bf16(bits + src, second ? bits + src + s[0] : nullptr, w, valid);
+                any |= ks_.any_tiny_bf16(w, 2 * valid);
+              }
+            }
+            tiny[static_cast<std::size_t>(unit)] = any;
+            continue;
+          }
           for (std::int64_t co = 0; co < p_.Cout_g; ++co) {
             const std::int64_t src = (g * p_.Cout_g + co) * s[0] + ci0 * s[1];
             if (pairs_) {  // one 32-byte run per pair of output channels
@@ -162,6 +213,7 @@ class PointwiseEngine final : public EngineImpl {
         run_task(t, dy, y, static_cast<float*>(align64(panel.data())),
                  static_cast<float*>(align64(rows.data())), static_cast<float*>(align64(acc.data())));
       if (uncached_y_) _mm_sfence();  // this thread's non-temporal stores, before the threads join
+      if (amx_) amx_release();
     });
   }
 
@@ -184,29 +236,66 @@ class PointwiseEngine final : public EngineImpl {
       const std::int64_t m = std::min(width_, p_end - p0), calls = ceil_div(m, ks_.max_m[nv_]);
       for (std::int64_t c = 0; c < chunks_; ++c) {
         const std::int64_t q0 = c * chunk_, q1 = std::min(k_, q0 + chunk_);
-        const bool tiny = fill_panel(dy, n * ds[0] + g * p_.Cout_g * ds[1] + p0, q0, q1, m, panel, rows);
-        // bf16 pairs go through vdpbf16ps unless an input is small enough for it to flush something.
-        const auto& table = !pairs_                ? ks_.f32[nv_]
-                            : tiny_filter_ || tiny ? ks_.bf16_exact[nv_]
-                                                   : ks_.bf16[nv_];
+        const bool tiny =
+            amx_ ? fill_panel_channel_last(dy, n * ds[0] + g * p_.Cout_g + p0 * ds[4], q0, q1, m,
+                                           reinterpret_cast<std::uint16_t*>(panel))
+                 : fill_panel(dy, n * ds[0] + g * p_.Cout_g * ds[1] + p0, q0, q1, m, panel, rows);
+        // bf16 pairs go through AMX or vdpbf16ps unless an input is small enough for them to flush something.
+        const bool exact = pairs_ && (tiny_filter_ || tiny);
+        const auto& table = !pairs_ ? ks_.f32[nv_] : exact ? ks_.bf16_exact[nv_] : ks_.bf16[nv_];
         for (std::int64_t u = 0; u < units_; ++u) {
           float* const tile = acc + (chunks_ > 1 ? u : 0) * width_ * unit_;
           TapRef tap{0, static_cast<const char*>(wpack_.get()) + ((g * units_ + u) * k_ + q0) * unit_ * 4,
                      q1 - q0, 0, 0};
-          for (std::int64_t j = 0; j < calls; ++j) {  // the tile's pixels in near-equal kernel calls
-            const auto [j0, mj] = even_part(m, calls, j);
-            tap.dy_off = j0 * kp_ * unit_elems;
-            tap.hi = static_cast<std::int32_t>(mj);
-            table[mj](
-                TileArgs{panel, kp_ * unit_elems, unit_elems, &tap, 1, tile + j0 * unit_, unit_, c > 0});
+          if (amx_ && !exact) {  // tiles of up to kAmxMaxM pixels, all but the last of that many
+            for (std::int64_t j0 = 0; j0 < m; j0 += kAmxMaxM) {
+              const std::int64_t mj = std::min<std::int64_t>(kAmxMaxM, m - j0);
+              tap.dy_off = j0 * kp_ * 2;
+              amx_kernels().tile[nv_][mj](TileArgs{panel, kp_ * 2, 2, &tap, 1, tile + j0 * unit_, unit_,
+                                                   c > 0, false, 16, kAmxStreamFilter});
+            }
+          } else {
+            for (std::int64_t j = 0; j < calls; ++j) {  // the tile's pixels in near-equal kernel calls
+              const auto [j0, mj] = even_part(m, calls, j);
+              tap.dy_off = j0 * kp_ * unit_elems;
+              tap.hi = static_cast<std::int32_t>(mj);
+              table[mj](
+                  TileArgs{panel, kp_ * unit_elems, unit_elems, &tap, 1, tile + j0 * unit_, unit_, c > 0});
+            }
           }
           if (c + 1 < chunks_) continue;
           const std::int64_t c0 = u * unit_, valid = std::min<std::int64_t>(unit_, p_.Cin_g - c0);
-          store_channel_first(p_, ks_, tile, unit_, m, valid, y, n * ys[0] + (g * p_.Cin_g + c0) * ys[1] + p0,
-                              ys[1], uncached_y_);
+          if (amx_)
+            store_channel_last(p_, ks_, tile, unit_, m, valid, y, n * ys[0] + g * p_.Cin_g + c0 + p0 * ys[4],
+                               ys[4]);
+          else
+            store_channel_first(p_, ks_, tile, unit_, m, valid, y,
+                                n * ys[0] + (g * p_.Cin_g + c0) * ys[1] + p0, ys[1], uncached_y_);
         }
       }
     }
+  }
+
+  // AMX: panel row i (kp_ pairs, 4 kp_ bytes) = the tile's pixel i's dy channels [2 q0, 2 q1) as bf16, the
+  // channels past Cout_g zero, for m pixels from dy element `at` (channel-last: pixels ds[4] apart). bf16
+  // is copied by a kernel that notes tiny values (tiny_bf16) on the way; 8-bit codes are widened through
+  // their bf16 table (never tiny). Returns whether a value is tiny.
+  bool fill_panel_channel_last(const void* dy, std::int64_t at, std::int64_t q0, std::int64_t q1,
+                               std::int64_t m, std::uint16_t* panel) const {
+    const std::int64_t ps = p_.dy_strides[4], count = std::min(p_.Cout_g, 2 * q1) - 2 * q0,
+                       row = 2 * (q1 - q0);
+    const std::uint16_t* table = dy_reader_.bf16_table();
+    bool tiny = false;
+    for (std::int64_t i = 0; i < m; ++i) {
+      std::uint16_t* const dst = panel + i * kp_ * 2;
+      const std::int64_t src = at + i * ps + 2 * q0;
+      if (table != nullptr)
+        ks_.widen8(static_cast<const std::uint8_t*>(dy) + src, table, dst, count);
+      else
+        tiny |= ks_.copy_bf16(static_cast<const std::uint16_t*>(dy) + src, count, dst);
+      std::fill(dst + count, dst + row, std::uint16_t{0});
+    }
+    return tiny;
   }
 
   // panel[i][q - q0] = the tile's pixel i in dy row q (fp32), or rows 2q and 2q + 1 as a bf16 pair (the
@@ -263,7 +352,8 @@ class PointwiseEngine final : public EngineImpl {
   Problem p_;
   int threads_;
   const KernelSet& ks_;
-  bool pairs_;                             // bf16 channel pairs through vdpbf16ps
+  bool amx_;                               // channel-last tensors, bf16 channel pairs on AMX tiles
+  bool pairs_;                             // bf16 channel pairs through vdpbf16ps (or AMX)
   std::int64_t k_;                         // reduction steps: Cout_g, or channel pairs
   int nv_;                                 // vectors of input channels per kernel call
   std::int64_t unit_;                      // input channels per block: nv_ vectors
@@ -286,21 +376,36 @@ bool contiguous_planes(const std::array<std::int64_t, 5>& s, const std::array<st
   return s[4] == 1 && s[3] == extent[2] && s[2] == extent[1] * extent[2];
 }
 
+// The pixels of each image of a channel-last tensor lie equally spaced: (D, H, W) merge into one axis.
+bool equally_spaced_pixels(const std::array<std::int64_t, 5>& s, const std::array<std::int64_t, 3>& extent) {
+  return s[1] == 1 && s[3] == extent[2] * s[4] && s[2] == extent[1] * s[3];
+}
+
 }  // namespace
 
 std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa, std::string& why_not) {
   const Problem& p = request.problem;
-  const bool pairs = isa == Isa::avx512_bf16;
+  const bool amx = isa == Isa::amx_bf16;
+  const bool pairs = amx || isa == Isa::avx512_bf16;
   why_not = fast_engine_refusal(isa, request, pairs);
   if (!why_not.empty()) return nullptr;
   const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
   if (p.kernel != ones || p.stride != ones || p.pad_front != zeros || p.pad_back != zeros)
     why_not = "not pointwise (kernel 1x1x1, stride 1, no padding)";
-  else if (p.dy_strides[1] == 1 || p.y_strides[1] == 1)
+  else if (amx && (p.dy_strides[1] != 1 || p.y_strides[1] != 1))
+    why_not = "channels are not contiguous (AMX: channel-last tensors)";
+  else if (amx &&
+           (!equally_spaced_pixels(p.dy_strides, p.dy_size) || !equally_spaced_pixels(p.y_strides, p.y_size)))
+    why_not = "an image's pixels are not equally spaced";
+  else if (!amx && (p.dy_strides[1] == 1 || p.y_strides[1] == 1))
     why_not = "channels are contiguous (the GEMM engine's layout)";
-  else if (!contiguous_planes(p.dy_strides, p.dy_size) || !contiguous_planes(p.y_strides, p.y_size))
+  else if (!amx && (!contiguous_planes(p.dy_strides, p.dy_size) || !contiguous_planes(p.y_strides, p.y_size)))
     why_not = "feature-map planes are not contiguous";
-  else if (pairs && p.dy_dtype != DType::bf16)
+  else if (amx && saturating_mul(saturating_mul(ceil_div(p.Cin_g, 32), ceil_div(p.Cout_g, 32)), 32 * 16 * 4) >
+                      request.cpu.l2_bytes * 3 / 4)
+    why_not =
+        "a group's packed filter exceeds 3/4 of L2 (the GEMM engine's blocks reuse it over more pixels)";
+  else if (isa == Isa::avx512_bf16 && p.dy_dtype != DType::bf16)
     why_not = std::string("dy is ") + to_string(p.dy_dtype) + ", not bf16";
   if (!why_not.empty()) return nullptr;
   return std::make_unique<PointwiseEngine>(request, isa, kernels_for(isa), pairs,

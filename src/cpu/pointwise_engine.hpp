@@ -1,10 +1,13 @@
-// The pointwise engine for channel-first tensors: a 1x1x1 kernel with stride 1 and no padding on NCDHW dy
-// and y is a plain matrix product per image, y[ci][p] = sum over co of w[co][ci] * dy[co][p]. The GEMM
-// engine would read NCDHW dy with strided channels (or transpose all of it first); this one transposes dy
-// tile by tile: the tile's pixels of a chunk of output channels (rows a plane apart) into a pixel-major
-// panel that stays in L2 (bf16: channel pairs on the way), then the GEMM engine's tile kernels reduce blocks
-// of up to 64 input channels (16 on AVX2) against it, chunk after chunk, and each [pixel][channel] result is
-// transposed into y's planes.
+// The pointwise engine: a 1x1x1 kernel with stride 1 and no padding is a plain matrix product per image,
+// y[ci][p] = sum over co of w[co][ci] * dy[co][p].
+// - Channel-first tensors (NCDHW): the GEMM engine would read dy with strided channels (or transpose all of
+//   it first); this one transposes dy tile by tile: the tile's pixels of a chunk of output channels (rows a
+//   plane apart) into a pixel-major panel that stays in L2 (bf16: channel pairs on the way), then the GEMM
+//   engine's tile kernels reduce blocks of up to 64 input channels (16 on AVX2) against it, chunk after
+//   chunk, and each [pixel][channel] result is transposed into y's planes.
+// - Channel-last tensors on AMX: the same chunked reduction over tiles of 32 pixels, each chunk of the
+//   tile's dy copied into a panel that the AMX tiles read from L1 for every channel block, rather than all of
+//   dy converted into a workspace first (the GEMM engine's way).
 #pragma once
 
 #include <cstdint>
@@ -25,9 +28,10 @@ struct PointwiseBlocking {
 };
 PointwiseBlocking pointwise_blocking(const Problem&, const CpuModel&, int threads, Isa isa);
 
-// isa Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter exact in bf16), declines
-// otherwise; Isa::avx512 and Isa::avx2: any dtype and input rounding, widened exactly to fp32 (dy tile by
-// tile, as it is copied), fp32 FMAs on that ISA's tile kernels.
+// isa Isa::amx_bf16: channel-last dy and y, inputs exact in bf16 (bf16, HiFloat8, FP8 E4M3FN), a group's
+// packed filter within 3/4 of L2; Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter
+// exact in bf16); both decline otherwise. Isa::avx512 and Isa::avx2: any dtype and input rounding, widened
+// exactly to fp32 (dy tile by tile, as it is copied), fp32 FMAs on that ISA's tile kernels.
 std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest&, Isa isa, std::string& why_not);
 
 }  // namespace conv3d_dx::cpu
