@@ -325,6 +325,24 @@ TEST(Compatibility, FilterHeightAndWidthLimitApplyEverywhere) {
   }
 }
 
+// Problems compare field by field: the same spec gives equal problems, and a change of any one field (a
+// stride of a tensor, an attribute, a dtype, the overflow mode) makes them differ.
+TEST(Problem, EqualityComparesEveryField) {
+  std::mt19937_64 rng(13);
+  const Case c = base_case();
+  const Instance inst = instantiate(c, rng, Fill::small_integers);
+  const Problem p = validate(inst.spec);
+  EXPECT_EQ(p, validate(inst.spec));
+  std::vector<Problem> changed(6, p);
+  changed[0].dy_strides[0] += 1;
+  changed[1].y_strides[4] += 1;
+  changed[2].pad_back[2] += 1;
+  changed[3].y_dtype = DType::bf16;
+  changed[4].overflow = OverflowMode::saturate;
+  changed[5].input_rounding = InputRounding::hf32;
+  for (const Problem& q : changed) EXPECT_NE(p, q) << q.describe();
+}
+
 // flops_inside against a count of every (dy pixel, tap) pair whose y pixel lies inside y.
 TEST(Problem, FlopsInsideCountsTheProductsThatReachY) {
   const auto brute = [](const Problem& p) {

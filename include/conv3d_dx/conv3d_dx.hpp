@@ -105,7 +105,8 @@ struct Problem {
   // The part of flops() whose products reach a y pixel inside y: a (dy pixel, tap) pair that falls on the
   // pads adds nothing to y and is left out (the work an engine that skips such pairs does).
   double flops_inside() const;
-  std::string describe() const;  // one line, replayable
+  std::string describe() const;                     // one line, replayable
+  bool operator==(const Problem&) const = default;  // every field, strides included
 };
 
 // Shapes and strides of the three tensors plus the attributes; `validate` turns them into a Problem or
