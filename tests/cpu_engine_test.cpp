@@ -1177,6 +1177,18 @@ TEST_P(CpuPixel, HaloLanesAddNothingWhateverTheWorkspaceHeld) {
 INSTANTIATE_TEST_SUITE_P(Isas, CpuPixel, ::testing::Values(Isa::avx2, Isa::avx512, Isa::avx512_bf16),
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
+// A pointwise case (1x1x1 kernel, stride 1, no padding): `dtype` in and out, tensors in `format`.
+Case pointwise_case(DType dtype, Layout format, std::int64_t cin, std::int64_t cout,
+                    std::array<std::int64_t, 3> in) {
+  Case c = with_dtype(Case{}, dtype);
+  c.data_format = format;
+  c.kernel = {1, 1, 1};
+  c.Cin = cin;
+  c.Cout = cout;
+  c.in = in;
+  return c;
+}
+
 // The pointwise engine (1x1x1 kernel, stride 1, no padding, channel-first tensors), in fp32 on AVX2 and
 // AVX-512 and over bf16 pairs: pixel counts around its tiles and its 3- to 14-pixel kernel calls, channel
 // blocks of 16 to 64 (full and partial, one to three per group), dy rows transposed in blocks of 32 (odd and
@@ -1197,13 +1209,7 @@ class CpuPointwise : public ::testing::TestWithParam<Isa> {
     return cpu;
   }
   Case pointwise(std::int64_t cin, std::int64_t cout, std::array<std::int64_t, 3> in) const {
-    Case c = with_dtype(Case{}, pairs() ? DType::bf16 : DType::f32);
-    c.data_format = Layout::NCDHW;
-    c.kernel = {1, 1, 1};
-    c.Cin = cin;
-    c.Cout = cout;
-    c.in = in;
-    return c;
+    return pointwise_case(pairs() ? DType::bf16 : DType::f32, Layout::NCDHW, cin, cout, in);
   }
 };
 
@@ -1359,10 +1365,7 @@ TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
   std::size_t k = 0;
   for (std::int64_t cin : {1, 16, 17, 32, 33, 80})
     for (std::int64_t cout : {1, 2, 31, 32, 33, 255, 256, 257, 300}) {
-      Case c = with_dtype(Case{}, dtypes[k % 3]);
-      c.data_format = Layout::NDHWC;
-      c.kernel = {1, 1, 1};
-      c.in = sizes[k % sizes.size()];
+      Case c = pointwise_case(dtypes[k % 3], Layout::NDHWC, cin, cout, sizes[k % sizes.size()]);
       c.N = 1 + static_cast<std::int64_t>(k % 2);
       c.groups = k % 4 == 1 ? 2 : 1;
       c.Cin = cin * c.groups;
@@ -1398,12 +1401,7 @@ TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
 TEST(CpuPointwiseAmx, NonFiniteInputsMatchReference) {
   if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "CPU lacks amx_bf16";
   std::mt19937_64 rng(163);
-  Case c = with_dtype(Case{}, DType::bf16);
-  c.data_format = Layout::NDHWC;
-  c.kernel = {1, 1, 1};
-  c.Cin = 40;
-  c.Cout = 257;
-  c.in = {1, 2, 20};
+  Case c = pointwise_case(DType::bf16, Layout::NDHWC, 40, 257, {1, 2, 20});
   c.y_dtype = DType::f32;
   Instance inst = instantiate(c, rng, Fill::small_integers);
   auto* dy = static_cast<std::uint16_t*>(inst.dy.view.data);
@@ -1424,12 +1422,7 @@ TEST(CpuPointwiseAmx, NonFiniteInputsMatchReference) {
 TEST(CpuPointwiseAmx, TakesChannelLastPointwiseProblemsWithinL2) {
   if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "CPU lacks amx_bf16";
   std::mt19937_64 rng(157);
-  Case ok = with_dtype(Case{}, DType::bf16);
-  ok.data_format = Layout::NDHWC;
-  ok.kernel = {1, 1, 1};
-  ok.Cin = 64;
-  ok.Cout = 64;
-  ok.in = {2, 3, 4};
+  const Case ok = pointwise_case(DType::bf16, Layout::NDHWC, 64, 64, {2, 3, 4});
   {
     Instance inst = instantiate(ok, rng, Fill::random);
     Options o;
