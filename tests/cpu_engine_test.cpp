@@ -1350,11 +1350,12 @@ INSTANTIATE_TEST_SUITE_P(Isas, CpuPointwise, ::testing::Values(Isa::avx2, Isa::a
                          [](const auto& param_info) { return std::string(to_string(param_info.param)); });
 
 // The pointwise engine on AMX tiles (channel-last tensors, inputs exact in bf16): pixel counts around its
-// 32-pixel tiles and their 16-row halves, input channels around its 32-channel blocks, output channels around
-// its 16-pair tile products and 128-pair chunks (odd counts: a zero channel in the last pair), bf16,
-// HiFloat8 and FP8 E4M3FN inputs, y in the input type or fp32, groups, every filter layout (NCDHW and NDHWC
-// paired by kernels, DHWCN value by value), dy pixels spaced wider than their channels; exact on small
-// integers into fp32; 1, 2 and 3 threads give the same bits.
+// 32-pixel tiles and their 16-row halves, input channels around its 32-channel blocks (where it takes them:
+// not so few that padding would multiply the work by more than 16), output channels around its 16-pair
+// tile products and 128-pair chunks (odd counts: a zero channel in the last pair), bf16, HiFloat8 and FP8
+// E4M3FN inputs, y in the input type or fp32, groups, every filter layout (NCDHW and NDHWC paired by
+// kernels, DHWCN value by value), dy pixels spaced wider than their channels; exact on small integers into
+// fp32; 1, 2 and 3 threads give the same bits.
 TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
   if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "CPU lacks amx_bf16";
   std::mt19937_64 rng(151);
@@ -1363,8 +1364,9 @@ TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
                                                           {1, 3, 11}, {2, 3, 11}, {1, 5, 13}};
   const DType dtypes[] = {DType::bf16, DType::hif8, DType::fp8_e4m3fn};
   std::size_t k = 0;
-  for (std::int64_t cin : {1, 16, 17, 32, 33, 80})
-    for (std::int64_t cout : {1, 2, 31, 32, 33, 255, 256, 257, 300}) {
+  int declined = 0;
+  for (std::int64_t cin : {2, 16, 17, 32, 33, 80})
+    for (std::int64_t cout : {2, 31, 32, 33, 255, 256, 257, 300}) {
       Case c = pointwise_case(dtypes[k % 3], Layout::NDHWC, cin, cout, sizes[k % sizes.size()]);
       c.N = 1 + static_cast<std::int64_t>(k % 2);
       c.groups = k % 4 == 1 ? 2 : 1;
@@ -1379,6 +1381,12 @@ TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
         if (pixels_apart) relay_dy(inst, 3, 0, 0, 0);
         const std::string what = c.name() + (pixels_apart ? ", dy pixels apart" : "");
         const Problem p = validate(inst.spec);
+        std::string why;
+        if (!cpu::make_pointwise(named_request(p, 2, Isa::amx_bf16), Isa::amx_bf16, why)) {
+          EXPECT_NE(why.find("more than 16"), std::string::npos) << what << ": " << why;
+          declined += fill == Fill::random;
+          continue;
+        }
         run_pointwise(p, inst, Isa::amx_bf16);
         ASSERT_TRUE(matches_reference(p, inst)) << what;
         if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
@@ -1393,6 +1401,9 @@ TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
         }
       }
     }
+  // 2 input channels with other than 32 or 256 output channels, and 2 output channels with more than 32
+  // input channels: padding to 32 would multiply the work by more than 16.
+  EXPECT_EQ(declined, 10);
 }
 
 // Infinities and NaNs in dy and the filter reach y as the reference has them, and nowhere else: the padding
@@ -1416,9 +1427,9 @@ TEST(CpuPointwiseAmx, NonFiniteInputsMatchReference) {
   EXPECT_TRUE(matches_reference(p, inst)) << c.name();
 }
 
-// Plan prefers it for channel-last pointwise problems; it declines, saying why, channel-first tensors,
-// pixels not equally spaced, inputs not exact in bf16, a group's packed filter beyond 3/4 of L2, and other
-// kernels.
+// Plan prefers it for channel-last pointwise problems; it declines, saying why, channels so few per group
+// that padding them to 32 would multiply the work by more than 16 (depthwise), channel-first tensors, pixels
+// not equally spaced, inputs not exact in bf16, a group's packed filter beyond 3/4 of L2, and other kernels.
 TEST(CpuPointwiseAmx, TakesChannelLastPointwiseProblemsWithinL2) {
   if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "CPU lacks amx_bf16";
   std::mt19937_64 rng(157);
@@ -1437,7 +1448,10 @@ TEST(CpuPointwiseAmx, TakesChannelLastPointwiseProblemsWithinL2) {
   first.data_format = Layout::NCDHW;
   kernel.kernel = {1, 1, 2};
   // (case, dy rows apart, what the refusal says: nothing where it is taken)
+  Case depthwise = ok;
+  depthwise.groups = 64;
   const std::tuple<Case, bool, std::string> cases[] = {{ok, false, ""},
+                                                       {depthwise, false, "more than 16"},
                                                        {wide, false, "3/4 of L2"},
                                                        {first, false, "not contiguous"},
                                                        {ok, true, "equally spaced"},
@@ -1822,6 +1836,87 @@ TEST(CpuBf16, TinyInputsAreExact) {
           run(pl, low, 2);
           EXPECT_TRUE(matches_reference(pl, low)) << what << ", bf16 y";
         }
+}
+
+// From a chunk of the reduction that holds a tiny value on, a tile's chunks run the exact kernels, so the
+// denormal partial sum that chunk may leave is not flushed by AMX or vdpbf16ps in the next. dy holds 2^-100
+// in output channel 0 only (the first chunk) and the filter 2^-40 times small integers, so y holds exact
+// multiples of 2^-140 (fp32 denormals): the AMX pointwise engine (channel-last, 257 output channels: two
+// chunks) and the vdpbf16ps one (channel-first, a 16 KiB L2: chunks of about 16 pairs), 1 and 2 threads.
+TEST(CpuBf16, TinyValuesCarryAcrossReductionChunks) {
+  if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
+  std::mt19937_64 rng(167);
+  int ran = 0;
+  for (const Isa isa : {Isa::amx_bf16, Isa::avx512_bf16}) {
+    if (!cpu_supports(isa)) continue;  // (AMX: the vdpbf16ps case still runs)
+    const bool amx = isa == Isa::amx_bf16;
+    Case c = pointwise_case(DType::bf16, amx ? Layout::NDHWC : Layout::NCDHW, 40, amx ? 257 : 70, {1, 2, 20});
+    c.y_dtype = DType::f32;
+    Instance inst = instantiate(c, rng, Fill::small_integers);
+    scale_bf16(inst.filter, -40);
+    const TensorView& v = inst.dy.view;
+    const int channel_dim = amx ? 4 : 1;
+    std::array<std::int64_t, 5> i{};
+    for (i[0] = 0; i[0] < v.shape[0]; ++i[0])
+      for (i[1] = 0; i[1] < v.shape[1]; ++i[1])
+        for (i[2] = 0; i[2] < v.shape[2]; ++i[2])
+          for (i[3] = 0; i[3] < v.shape[3]; ++i[3])
+            for (i[4] = 0; i[4] < v.shape[4]; ++i[4]) {
+              std::int64_t at = 0;
+              for (int d = 0; d < 5; ++d)
+                at += i[static_cast<std::size_t>(d)] * v.strides[static_cast<std::size_t>(d)];
+              static_cast<std::uint16_t*>(v.data)[at] =
+                  i[static_cast<std::size_t>(channel_dim)] == 0 ? 0x0D80 : 0;
+            }
+    const Problem p = validate(inst.spec);
+    const CpuModel cpu = amx ? host_cpu_model() : [] {
+      CpuModel small = host_cpu_model();
+      small.l2_bytes = 16 << 10;
+      return small;
+    }();
+    ASSERT_LT(cpu::pointwise_blocking(p, cpu, 2, isa).chunk,
+              amx ? (p.Cout_g + 31) / 32 * 16 : (p.Cout_g + 1) / 2);
+    for (int threads : {1, 2}) {
+      fill_canary(inst.y);
+      run_pointwise(p, inst, isa, threads, cpu);
+      EXPECT_TRUE(exactly_reference(p, inst)) << c.name() << ", " << threads << " threads";
+    }
+    ++ran;
+  }
+  EXPECT_GE(ran, 1);
+}
+
+// The exact bf16 kernels add a pair's products in vdpbf16ps's order (odd channel, then even), so on values
+// where vdpbf16ps flushes nothing both give the same bits and the choice between them (by whether a tile's
+// data holds a tiny value) changes no result: every tile width and block width, random normal values.
+TEST(CpuBf16, ExactKernelsGiveVdpbf16psBitsWhereNothingIsFlushed) {
+  if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
+  const cpu::KernelSet& ks = cpu::avx512_kernels();
+  std::mt19937_64 rng(173);
+  std::uniform_int_distribution<int> mantissa(0, 127), exponent(120, 134), sign(0, 1);
+  const auto normal = [&] {
+    return static_cast<std::uint16_t>(sign(rng) << 15 | exponent(rng) << 7 | mantissa(rng));
+  };
+  constexpr std::int64_t kSteps = 37;  // channel pairs
+  // 64-byte aligned, as the engines' packed filters and tiles are.
+  alignas(64) std::uint16_t dy[cpu::kMaxM * kSteps * 2];
+  alignas(64) std::uint16_t w[kSteps * cpu::kMaxNv * 16 * 2];
+  alignas(64) float a[cpu::kMaxM * cpu::kMaxNv * 16], b[cpu::kMaxM * cpu::kMaxNv * 16];
+  int compared = 0;
+  for (int nv = 1; nv <= cpu::kMaxNv; ++nv)
+    for (int m = 1; m <= cpu::kMaxM; ++m) {
+      if (ks.bf16[nv][m] == nullptr || ks.bf16_exact[nv][m] == nullptr) continue;
+      for (auto& x : dy) x = normal();
+      for (auto& x : w) x = normal();
+      const cpu::TapRef tap{0, w, kSteps, 0, m};
+      ks.bf16[nv][m](cpu::TileArgs{dy, kSteps * 2, 2, &tap, 1, a, nv * 16, false});
+      ks.bf16_exact[nv][m](cpu::TileArgs{dy, kSteps * 2, 2, &tap, 1, b, nv * 16, false});
+      for (std::int64_t i = 0; i < m * nv * 16; ++i)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(a[i]), std::bit_cast<std::uint32_t>(b[i]))
+            << nv << " vectors, " << m << " pixels, element " << i;
+      ++compared;
+    }
+  EXPECT_GE(compared, 20);
 }
 
 // The AMX engine on one thread against the reference (exactly, for small integers into fp32), then tiles

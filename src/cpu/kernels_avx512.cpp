@@ -58,13 +58,15 @@ CONV3D_DX_INLINE __m512 widen_hi(__m512 pairs) {
       _mm512_and_si512(_mm512_castps_si512(pairs), _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 
-// The operands of Bf16Step, summed exactly as fp32 FMAs do (no denormal flushing): even channel, then odd.
+// The operands of Bf16Step, summed by fp32 FMAs without flushing denormals, in vdpbf16ps's order (odd
+// channel, then even): where nothing is flushed the two give the same bits, so whether a tile or chunk runs
+// these or vdpbf16ps (decided by its data) changes no result.
 struct Bf16ExactStep {
   using In = std::uint16_t;
   static CONV3D_DX_INLINE __m512 bcast(const std::uint16_t* d) { return Bf16Step::bcast(d); }
   static CONV3D_DX_INLINE __m512 fma(__m512 acc, __m512 b, __m512 w) {
-    acc = _mm512_fmadd_ps(widen_lo(b), widen_lo(w), acc);
-    return _mm512_fmadd_ps(widen_hi(b), widen_hi(w), acc);
+    acc = _mm512_fmadd_ps(widen_hi(b), widen_hi(w), acc);
+    return _mm512_fmadd_ps(widen_lo(b), widen_lo(w), acc);
   }
 };
 
@@ -122,9 +124,9 @@ struct PixTile {
             static_for<0, CI>([&](auto c) __attribute__((always_inline)) {
               if constexpr (Mode == PixMode::pair) {
                 acc[c][r][v] = masked_dpbf16(acc[c][r][v], m[v], x, wv[c]);
-              } else if constexpr (Mode == PixMode::pair_exact) {
-                acc[c][r][v] = _mm512_mask3_fmadd_ps(widen_lo(x), widen_lo(wv[c]), acc[c][r][v], m[v]);
+              } else if constexpr (Mode == PixMode::pair_exact) {  // vdpbf16ps's order, as Bf16ExactStep
                 acc[c][r][v] = _mm512_mask3_fmadd_ps(widen_hi(x), widen_hi(wv[c]), acc[c][r][v], m[v]);
+                acc[c][r][v] = _mm512_mask3_fmadd_ps(widen_lo(x), widen_lo(wv[c]), acc[c][r][v], m[v]);
               } else {
                 acc[c][r][v] = _mm512_mask3_fmadd_ps(x, wv[c], acc[c][r][v], m[v]);
               }

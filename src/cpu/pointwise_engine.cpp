@@ -30,8 +30,9 @@ constexpr std::int64_t kMinWidth = 48, kMaxWidth = 256;
 // chunk of the tile's dy is copied into a panel (a pixel's pairs on one 64-byte-aligned row, so the tiles
 // load it as it lies) as it is reduced, where it stays in L1 for every block's tile products, the blocks'
 // filter for the chunk streaming from L2; a separate pass converting all of dy first would write it out and
-// read it back. The width is fixed (not shared out by threads): a chunk whose panel holds a tiny value
-// runs the exact kernels, so a pixel's sum must not depend on which other pixels share its tile.
+// read it back. The width is fixed (not shared out by threads): from a chunk whose panel holds a tiny value
+// on, a tile runs the exact kernels, whose sums AMX's do not match bit for bit, so which other pixels share
+// a pixel's tile must not depend on the thread count.
 // The filter tiles are loaded with the streaming hint (tileloaddt1), leaving L1 to the panel. Only where a
 // group's packed filter fits in 3/4 of L2 (make_pointwise): each tile reads all of it.
 // Xeon with AMX (model 167), bf16 channels_last, 2 threads, medians of paired calls against the GEMM engine
@@ -124,8 +125,9 @@ class PointwiseEngine final : public EngineImpl {
                  {packed, 0, (kp_ * width_ + (kRows + acc_units() * unit_) * width_ + 48) * 4});
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed), "the packed filter");
     // Each image's pixels are cut into runs of whole tiles, enough of them to share out. A pixel's sum does
-    // not depend on which tile holds it, so neither does the result.
-    // (N = 0 or an empty map: one empty run, so that nothing divides by zero.)
+    // not depend on which tile holds it (the exact kernels a tile's tiny value calls for give vdpbf16ps's
+    // bits where it flushes nothing; AMX tiles are of a fixed width), so neither does the result. (N = 0 or
+    // an empty map: one empty run, so that nothing divides by zero.)
     const std::int64_t tiles = std::max<std::int64_t>(1, ceil_div(pixels_, width_));
     const std::int64_t cuts =
         std::min(tiles, std::max<std::int64_t>(1, ceil_div(kTasksPerThread * threads_, images)));
@@ -206,8 +208,8 @@ class PointwiseEngine final : public EngineImpl {
   void execute(const void* dy, void* y, void* /*workspace*/) const override {
     if (p_.N == 0) return;
     parallel_for(threads_, p_.N * p_.G * runs_, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> panel(static_cast<std::size_t>(kp_ * width_ + 16));  // 4-byte units
-      std::vector<float> rows(static_cast<std::size_t>(kRows * width_ + 16));
+      std::vector<float> panel(static_cast<std::size_t>(kp_ * width_ + 16));              // 4-byte units
+      std::vector<float> rows(static_cast<std::size_t>(amx_ ? 0 : kRows * width_ + 16));  // fill_panel's
       std::vector<float> acc(static_cast<std::size_t>(acc_units() * unit_ * width_ + 16));
       for (std::int64_t t = begin; t < end; ++t)
         run_task(t, dy, y, static_cast<float*>(align64(panel.data())),
@@ -223,10 +225,12 @@ class PointwiseEngine final : public EngineImpl {
   std::int64_t acc_units() const { return chunks_ > 1 ? units_ : 1; }
 
   // One task: a run of tiles of image (n, g). Per tile and chunk of reduction steps, the tile's pixels of
-  // that chunk of dy are transposed into `panel` (fill_panel), then each block of unit_ input channels is
-  // reduced against it into its accumulators ([pixel][unit_], continuing the sums of the chunks before) by
-  // the GEMM engine's tile kernels, and stored after the last chunk. Each pixel's sum runs over the output
-  // channels in order, as one reduction would: the chunking changes no bit.
+  // that chunk of dy are moved into `panel` (fill_panel: transposed; fill_panel_channel_last: copied), then
+  // each block of unit_ input channels is reduced against it into its accumulators ([pixel][unit_],
+  // continuing the sums of the chunks before) by the GEMM engine's tile kernels or AMX tiles, and stored
+  // after the last chunk. Each pixel's sum runs over the output channels in order, as one reduction would:
+  // the chunking changes no bit, except that from a chunk holding a tiny value on the tile's chunks run the
+  // exact kernels (AMX and vdpbf16ps would flush the denormal sums they may leave).
   void run_task(std::int64_t t, const void* dy, void* y, float* panel, float* rows, float* acc) const {
     const std::int64_t run = t % runs_, g = t / runs_ % p_.G, n = t / runs_ / p_.G;
     const auto &ds = p_.dy_strides, &ys = p_.y_strides;
@@ -234,6 +238,7 @@ class PointwiseEngine final : public EngineImpl {
     const std::int64_t unit_elems = pairs_ ? 2 : 1;  // dy elements per panel unit (an fp32 value or a pair)
     for (std::int64_t p0 = run * run_tiles_ * width_; p0 < p_end; p0 += width_) {
       const std::int64_t m = std::min(width_, p_end - p0), calls = ceil_div(m, ks_.max_m[nv_]);
+      bool exact = pairs_ && tiny_filter_;
       for (std::int64_t c = 0; c < chunks_; ++c) {
         const std::int64_t q0 = c * chunk_, q1 = std::min(k_, q0 + chunk_);
         const bool tiny =
@@ -241,7 +246,7 @@ class PointwiseEngine final : public EngineImpl {
                                            reinterpret_cast<std::uint16_t*>(panel))
                  : fill_panel(dy, n * ds[0] + g * p_.Cout_g * ds[1] + p0, q0, q1, m, panel, rows);
         // bf16 pairs go through AMX or vdpbf16ps unless an input is small enough for them to flush something.
-        const bool exact = pairs_ && (tiny_filter_ || tiny);
+        exact |= pairs_ && tiny;
         const auto& table = !pairs_ ? ks_.f32[nv_] : exact ? ks_.bf16_exact[nv_] : ks_.bf16[nv_];
         for (std::int64_t u = 0; u < units_; ++u) {
           float* const tile = acc + (chunks_ > 1 ? u : 0) * width_ * unit_;
@@ -401,6 +406,11 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
     why_not = "channels are contiguous (the GEMM engine's layout)";
   else if (!amx && (!contiguous_planes(p.dy_strides, p.dy_size) || !contiguous_planes(p.y_strides, p.y_size)))
     why_not = "feature-map planes are not contiguous";
+  else if (amx && saturating_mul(ceil_div(p.Cin_g, 32) * 32, ceil_div(p.Cout_g, 32) * 32) >
+                      saturating_mul(16, saturating_mul(p.Cin_g, p.Cout_g)))
+    why_not =
+        "channels padded to 32 would multiply the work by more than 16 (the pixel and GEMM engines' "
+        "tiles fit few channels)";
   else if (amx && saturating_mul(saturating_mul(ceil_div(p.Cin_g, 32), ceil_div(p.Cout_g, 32)), 32 * 16 * 4) >
                       request.cpu.l2_bytes * 3 / 4)
     why_not =
