@@ -38,19 +38,22 @@ constexpr std::int64_t kMinWidth = 48, kMaxWidth = 256;
 // Xeon with AMX (model 167), bf16 channels_last, 2 threads, medians of paired calls against the GEMM engine
 // (which converts all of dy first): suite i (2730 -> 256 over 4 x 16 x 16) 0.86-0.93x the time, 512 -> 64
 // over 2 x 8 x 32 x 32 0.61x, 64 -> 512 0.75x, 256 -> 256 over 16 x 32 x 32 0.88x, 2048 -> 128 over 2 x 2 x 8
-// x 8 0.87x; HiFloat8 i 0.90x, FP8 i 0.93x. Tiles of 64 to 256 pixels or chunks of 32 to 256 pairs measured
-// slower on i (by 3-30 %); 1024 -> 1024 over 4 x 16 x 16 (a 2 MiB filter) 1.05-1.19x, hence the bound.
+// x 8 0.87x; HiFloat8 i 0.90x, FP8 i 0.93x. On i, chunks of 64 or 256 pairs took 0.89-0.91x, tiles of 64
+// pixels the same 0.86x, of 96 or 128 pixels 1.11x; 1024 -> 1024 over 4 x 16 x 16 (a 2 MiB filter)
+// 1.05-1.19x, hence the bound.
 constexpr std::int64_t kAmxWidth = 32, kAmxChunk = 128;
 constexpr bool kAmxStreamFilter = true;
+
+// Channels as AMX tiles take them: input channels in blocks of 32, output channels in products of 16 pairs.
+inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels, 32) * 32; }
 
 PointwiseBlocking pointwise_blocking(const Problem& p, const CpuModel& cpu, int threads, Isa isa) {
   const KernelSet& ks = kernels_for(isa);
   if (isa == Isa::amx_bf16) {
     PointwiseBlocking b;
     b.nv = 2;
-    const std::int64_t pairs = ceil_div(p.Cout_g, 32) * 16;
     b.width = kAmxWidth;
-    b.chunk = std::min(pairs, kAmxChunk);
+    b.chunk = std::min(amx_padded(p.Cout_g) / 2, kAmxChunk);
     b.kp = (ceil_div(b.chunk, 16) | 1) * 16;
     return b;
   }
@@ -101,7 +104,7 @@ class PointwiseEngine final : public EngineImpl {
         ks_(ks),
         amx_(isa == Isa::amx_bf16),
         pairs_(pairs),
-        k_(amx_    ? ceil_div(p_.Cout_g, 32) * 16
+        k_(amx_    ? amx_padded(p_.Cout_g) / 2
            : pairs ? (p_.Cout_g + 1) / 2
                    : p_.Cout_g),
         nv_(b.nv),
@@ -154,8 +157,10 @@ class PointwiseEngine final : public EngineImpl {
     // bf16 pairs from bf16 or 8-bit runs of contiguous input channels (any 1 x 1 x 1 NCDHW or NDHWC filter):
     // each pair of output channels' runs interleaved (8-bit codes widened by table on the way) by a kernel.
     const std::uint16_t* table = w_reader_.bf16_table();
-    const bool pair_runs = pairs_ && s[1] == 1 && ks_.interleave_bf16 && ks_.widen8_pairs &&
-                           ks_.any_tiny_bf16 && (p_.filter_dtype == DType::bf16 || table != nullptr);
+    const bool pair_runs =
+        pairs_ && s[1] == 1 &&
+        (table != nullptr ? ks_.widen8_pairs != nullptr
+                          : p_.filter_dtype == DType::bf16 && ks_.interleave_bf16 && ks_.any_tiny_bf16);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * units_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t unit = begin; unit < end; ++unit) {
@@ -392,6 +397,8 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   const Problem& p = request.problem;
   const bool amx = isa == Isa::amx_bf16;
   const bool pairs = amx || isa == Isa::avx512_bf16;
+  // AMX: a group's packed filter values, its channels padded to the tiles.
+  const std::int64_t padded_products = saturating_mul(amx_padded(p.Cin_g), amx_padded(p.Cout_g));
   why_not = fast_engine_refusal(isa, request, pairs);
   if (!why_not.empty()) return nullptr;
   const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
@@ -406,13 +413,11 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
     why_not = "channels are contiguous (the GEMM engine's layout)";
   else if (!amx && (!contiguous_planes(p.dy_strides, p.dy_size) || !contiguous_planes(p.y_strides, p.y_size)))
     why_not = "feature-map planes are not contiguous";
-  else if (amx && saturating_mul(ceil_div(p.Cin_g, 32) * 32, ceil_div(p.Cout_g, 32) * 32) >
-                      saturating_mul(16, saturating_mul(p.Cin_g, p.Cout_g)))
+  else if (amx && padded_products > saturating_mul(16, saturating_mul(p.Cin_g, p.Cout_g)))
     why_not =
         "channels padded to 32 would multiply the work by more than 16 (the pixel and GEMM engines' "
         "tiles fit few channels)";
-  else if (amx && saturating_mul(saturating_mul(ceil_div(p.Cin_g, 32), ceil_div(p.Cout_g, 32)), 32 * 16 * 4) >
-                      request.cpu.l2_bytes * 3 / 4)
+  else if (amx && saturating_mul(padded_products, 2) > request.cpu.l2_bytes * 3 / 4)  // bf16 values
     why_not =
         "a group's packed filter exceeds 3/4 of L2 (the GEMM engine's blocks reuse it over more pixels)";
   else if (isa == Isa::avx512_bf16 && p.dy_dtype != DType::bf16)
