@@ -1352,7 +1352,7 @@ INSTANTIATE_TEST_SUITE_P(Isas, CpuPointwise, ::testing::Values(Isa::avx2, Isa::a
 // The pointwise engine on AMX tiles (channel-last tensors, inputs exact in bf16): pixel counts around its
 // 32-pixel tiles and their 16-row halves, input channels around its 32-channel blocks (where it takes them:
 // not so few that padding would multiply the work by more than 16), output channels around its 16-pair
-// tile products and 128-pair chunks (odd counts: a zero channel in the last pair), bf16, HiFloat8 and FP8
+// tile products and 256-pair chunks (odd counts: a zero channel in the last pair), bf16, HiFloat8 and FP8
 // E4M3FN inputs, y in the input type or fp32, groups, every filter layout (NCDHW and NDHWC paired by
 // kernels, DHWCN value by value), dy pixels spaced wider than their channels; exact on small integers into
 // fp32; 1, 2 and 3 threads give the same bits.
@@ -1366,7 +1366,7 @@ TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
   std::size_t k = 0;
   int declined = 0;
   for (std::int64_t cin : {2, 16, 17, 32, 33, 80})
-    for (std::int64_t cout : {2, 31, 32, 33, 255, 256, 257, 300}) {
+    for (std::int64_t cout : {2, 31, 32, 33, 511, 512, 513, 600}) {
       Case c = pointwise_case(dtypes[k % 3], Layout::NDHWC, cin, cout, sizes[k % sizes.size()]);
       c.N = 1 + static_cast<std::int64_t>(k % 2);
       c.groups = k % 4 == 1 ? 2 : 1;
@@ -1401,25 +1401,25 @@ TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
         }
       }
     }
-  // 2 input channels with other than 32 or 256 output channels, and 2 output channels with more than 32
+  // 2 input channels with other than 32 or 512 output channels, and 2 output channels with more than 32
   // input channels: padding to 32 would multiply the work by more than 16.
   EXPECT_EQ(declined, 10);
 }
 
 // Infinities and NaNs in dy and the filter reach y as the reference has them, and nowhere else: the padding
-// channels of a panel row (past the last of 257 output channels, in the second chunk) are zeroed, not left
+// channels of a panel row (past the last of 513 output channels, in the second chunk) are zeroed, not left
 // holding the first chunk's values, which the zero padding of the filter would turn into 0 x inf = NaN.
 TEST(CpuPointwiseAmx, NonFiniteInputsMatchReference) {
   if (!cpu_supports(Isa::amx_bf16)) GTEST_SKIP() << "CPU lacks amx_bf16";
   std::mt19937_64 rng(163);
-  Case c = pointwise_case(DType::bf16, Layout::NDHWC, 40, 257, {1, 2, 20});
+  Case c = pointwise_case(DType::bf16, Layout::NDHWC, 40, 513, {1, 2, 20});
   c.y_dtype = DType::f32;
   Instance inst = instantiate(c, rng, Fill::small_integers);
   auto* dy = static_cast<std::uint16_t*>(inst.dy.view.data);
   const auto& ds = inst.dy.view.strides;  // N, D, H, W, C
   dy[3 * ds[3] + 5] = 0x7F80;             // +inf in the first chunk
   dy[35 * ds[3]] = 0x7FC0;                // NaN, in the second tile
-  dy[7 * ds[3] + 256] = 0xFF80;           // -inf, the second chunk's only channel
+  dy[7 * ds[3] + 512] = 0xFF80;           // -inf, the second chunk's only channel
   const TensorView& w = inst.filter.view;
   static_cast<std::uint16_t*>(w.data)[100 * w.strides[0] + 7 * w.strides[1]] = 0x7F80;
   const Problem p = validate(inst.spec);
@@ -1841,7 +1841,7 @@ TEST(CpuBf16, TinyInputsAreExact) {
 // From a chunk of the reduction that holds a tiny value on, a tile's chunks run the exact kernels, so the
 // denormal partial sum that chunk may leave is not flushed by AMX or vdpbf16ps in the next. dy holds 2^-100
 // in output channel 0 only (the first chunk) and the filter 2^-40 times small integers, so y holds exact
-// multiples of 2^-140 (fp32 denormals): the AMX pointwise engine (channel-last, 257 output channels: two
+// multiples of 2^-140 (fp32 denormals): the AMX pointwise engine (channel-last, 513 output channels: two
 // chunks) and the vdpbf16ps one (channel-first, a 16 KiB L2: chunks of about 16 pairs), 1 and 2 threads.
 TEST(CpuBf16, TinyValuesCarryAcrossReductionChunks) {
   if (!cpu_supports(Isa::avx512_bf16)) GTEST_SKIP() << "CPU lacks avx512_bf16";
@@ -1850,7 +1850,7 @@ TEST(CpuBf16, TinyValuesCarryAcrossReductionChunks) {
   for (const Isa isa : {Isa::amx_bf16, Isa::avx512_bf16}) {
     if (!cpu_supports(isa)) continue;  // (AMX: the vdpbf16ps case still runs)
     const bool amx = isa == Isa::amx_bf16;
-    Case c = pointwise_case(DType::bf16, amx ? Layout::NDHWC : Layout::NCDHW, 40, amx ? 257 : 70, {1, 2, 20});
+    Case c = pointwise_case(DType::bf16, amx ? Layout::NDHWC : Layout::NCDHW, 40, amx ? 513 : 70, {1, 2, 20});
     c.y_dtype = DType::f32;
     Instance inst = instantiate(c, rng, Fill::small_integers);
     scale_bf16(inst.filter, -40);

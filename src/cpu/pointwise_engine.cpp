@@ -38,10 +38,12 @@ constexpr std::int64_t kMinWidth = 48, kMaxWidth = 256;
 // Xeon with AMX (model 167), bf16 channels_last, 2 threads, medians of paired calls against the GEMM engine
 // (which converts all of dy first): suite i (2730 -> 256 over 4 x 16 x 16) 0.86-0.93x the time, 512 -> 64
 // over 2 x 8 x 32 x 32 0.61x, 64 -> 512 0.75x, 256 -> 256 over 16 x 32 x 32 0.88x, 2048 -> 128 over 2 x 2 x 8
-// x 8 0.87x; HiFloat8 i 0.90x, FP8 i 0.93x. On i, chunks of 64 or 256 pairs took 0.89-0.91x, tiles of 64
-// pixels the same 0.86x, of 96 or 128 pixels 1.11x; 1024 -> 1024 over 4 x 16 x 16 (a 2 MiB filter)
-// 1.05-1.19x, hence the bound.
-constexpr std::int64_t kAmxWidth = 32, kAmxChunk = 128;
+// x 8 0.87x; HiFloat8 i 0.90x, FP8 i 0.93x (chunks of 128 pairs). On i, tiles of 64 pixels took the same,
+// of 96 or 128 pixels 1.11x; 1024 -> 1024 over 4 x 16 x 16 (a 2 MiB filter) 1.05-1.19x, hence the bound.
+// Chunks of 256 pairs (a 34 KiB panel) against 128, once the tile kernels kept the floating-point unit
+// awake (kernels_amx.cpp): i 0.94-1.00x, HiFloat8 i 0.94x, FP8 i 0.88x, 64 -> 512 0.89x, 512 -> 64 0.95x,
+// 2048 -> 128 0.93-0.95x; 512 pairs took 1.08x on i, 192 about 256's time, 64 1.12-1.22x.
+constexpr std::int64_t kAmxWidth = 32, kAmxChunk = 256;
 constexpr bool kAmxStreamFilter = true;
 
 // Channels as AMX tiles take them: input channels in blocks of 32, output channels in products of 16 pairs.
