@@ -1401,8 +1401,8 @@ TEST(CpuPointwiseAmx, MatchesReferenceAtTileAndChunkEdges) {
         }
       }
     }
-  // 2 input channels with other than 32 or 512 output channels, and 2 output channels with more than 32
-  // input channels: padding to 32 would multiply the work by more than 16.
+  // 2 input channels with other than 32 or 512 output channels, and 2 output channels with other than 2 or
+  // 32 input channels: padding to 32 would multiply the work by more than 16.
   EXPECT_EQ(declined, 10);
 }
 

@@ -106,11 +106,12 @@ inline __attribute__((always_inline)) void tile_dot() {
 
 // Keeps the core's floating-point vector unit awake through a tile's products, which use none of it. On the
 // Xeon with AMX measured (model 167), a unit idle for some 1500-3000 cycles powers down, and the tile
-// stores that end the tile then waited for it to power up: about 300 ns a tile in a stand-alone loop of 32
-// chunks (9.0 ns a product against 7.0). A floating-point add 4 or more chunks before the stores hid the
-// wait, one 0-2 chunks before them did not, integer vector adds did not at all. One add per chunk is one
-// micro-op beside 64 or more cycles of products. Engine, bf16 channels_last, 2 threads, paired: a, b, d,
-// f, i 0.85-0.93x the time, vae 0.94x; NCDHW and the split fp16 kernel alike.
+// stores that end the tile then waited for it to power up: 250-300 ns a tile in a stand-alone loop of 32
+// chunks (9.0 ns a product against 6.7-7.0). A floating-point add 4 or more chunks before the stores hid the
+// wait, one 0-2 chunks before them did not, integer vector adds did not at all. Per chunk that is a register
+// copy and the add beside at least one 16-row product (16 cycles; four in 2 x 2 tiles). Engine, bf16
+// channels_last, 2 threads, paired: a, b, d, f, i 0.85-0.93x the time, vae 0.94x (suite geomean 0.95x);
+// NCDHW and the split fp16 kernel alike.
 inline __attribute__((always_inline)) void keep_fp_unit_awake() {
   __m128 x = _mm_setzero_ps();
   __asm__ volatile("vaddps %0, %0, %0" : "+x"(x));

@@ -41,8 +41,9 @@ constexpr std::int64_t kMinWidth = 48, kMaxWidth = 256;
 // x 8 0.87x; HiFloat8 i 0.90x, FP8 i 0.93x (chunks of 128 pairs). On i, tiles of 64 pixels took the same,
 // of 96 or 128 pixels 1.11x; 1024 -> 1024 over 4 x 16 x 16 (a 2 MiB filter) 1.05-1.19x, hence the bound.
 // Chunks of 256 pairs (a 34 KiB panel) against 128, once the tile kernels kept the floating-point unit
-// awake (kernels_amx.cpp): i 0.94-1.00x, HiFloat8 i 0.94x, FP8 i 0.88x, 64 -> 512 0.89x, 512 -> 64 0.95x,
-// 2048 -> 128 0.93-0.95x; 512 pairs took 1.08x on i, 192 about 256's time, 64 1.12-1.22x.
+// awake (kernels_amx.cpp): i 0.94-1.00x, HiFloat8 i 0.94x, FP8 i 0.88x, 512 -> 64 0.89x (shapes whose
+// reduction fits one chunk of 128, the same code in both, read 0.93-0.98x: this harness's noise); 512 pairs
+// took 1.08x on i, 192 about 256's time, 64 1.12-1.22x.
 constexpr std::int64_t kAmxWidth = 32, kAmxChunk = 256;
 constexpr bool kAmxStreamFilter = true;
 
