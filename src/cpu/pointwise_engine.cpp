@@ -41,9 +41,11 @@ constexpr std::int64_t kMinWidth = 48, kMaxWidth = 256;
 // x 8 0.87x; HiFloat8 i 0.90x, FP8 i 0.93x (chunks of 128 pairs). On i, tiles of 64 pixels took the same,
 // of 96 or 128 pixels 1.11x; 1024 -> 1024 over 4 x 16 x 16 (a 2 MiB filter) 1.05-1.19x, hence the bound.
 // Chunks of 256 pairs (a 34 KiB panel) against 128, once the tile kernels kept the floating-point unit
-// awake (kernels_amx.cpp): i 0.94-1.00x, HiFloat8 i 0.94x, FP8 i 0.88x, 512 -> 64 0.89x (shapes whose
-// reduction fits one chunk of 128, the same code in both, read 0.93-0.98x: this harness's noise); 512 pairs
-// took 1.08x on i, 192 about 256's time, 64 1.12-1.22x.
+// awake (kernels_amx.cpp), in runs of both orders: i 0.94-0.96x the time (one run 1.00x), 512 -> 64 over
+// 2 x 8 x 32 x 32 0.89-0.93x, 1024 -> 256 over 4 x 16 x 16 0.86-0.98x; 8-bit i within noise (HiFloat8
+// 0.94-0.97x, FP8 0.88x and 1.02x). Shapes whose reduction fits one chunk of 128, the same code in both,
+// read 0.93-0.98x: the noise of these runs. 512 pairs took 1.08x on i, 192 about 256's time, 64
+// 1.12-1.22x.
 constexpr std::int64_t kAmxWidth = 32, kAmxChunk = 256;
 constexpr bool kAmxStreamFilter = true;
 
