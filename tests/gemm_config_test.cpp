@@ -116,11 +116,10 @@ TEST_F(GemmConfigTest, AmxPadsTheReductionAndFlattensShortRows) {
   EXPECT_TRUE(cpu::gemm_config(problem_of(c), host_cpu_model(), Isa::amx_bf16, 2, {0, 0, 2}).flat);
 }
 
-// AMX runs a row's or plane's channel blocks in turn where the whole packed filter fits in a core's L2, or in
-// twice that for tasks of at least 128 pixels: a 3.4 MiB filter (27 taps x 256 x 256 bf16) over 16 x 32
-// planes (rows of 32 pixels) only with a 4 MiB L2; over 12 x 40 planes (flat planes of 480 pixels) already
-// with 2 MiB, not with 1 MiB (where the planes' dy does not fit beside the staging plane, and rows run). The
-// FMA kernels keep a block's tasks together; fp16 inputs are split into bf16 his and los, 64 elements per
+// AMX runs a row's or plane's channel blocks in turn where the whole packed filter fits in a core's L2: a
+// 3.4 MiB filter (27 taps x 256 x 256 bf16) over 16 x 32 planes (rows of 32 pixels) or over 12 x 40 planes
+// (flat planes of 480 pixels) only with a 4 MiB L2, not with 2 MiB or 1 MiB. The FMA kernels keep a block's
+// tasks together; fp16 inputs are split into bf16 his and los, 64 elements per
 // chunk of 32 output channels, in blocks of one vector.
 TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
   Case c = with_dtype(Case{}, DType::bf16);
@@ -135,7 +134,8 @@ TEST_F(GemmConfigTest, AmxBlocksInTurnWhereThePackedFilterFits) {
   const Problem p = problem_of(c);
   const auto flat = cpu::gemm_config(p, with_l2(2 << 20), Isa::amx_bf16, 2);
   ASSERT_TRUE(flat.flat) << flat.describe();
-  EXPECT_TRUE(flat.blocks_inner);
+  EXPECT_FALSE(flat.blocks_inner);
+  EXPECT_TRUE(cpu::gemm_config(p, with_l2(4 << 20), Isa::amx_bf16, 2).blocks_inner);
   EXPECT_FALSE(cpu::gemm_config(p, with_l2(1 << 20), Isa::amx_bf16, 2).blocks_inner);
   EXPECT_FALSE(cpu::gemm_config(p, with_l2(4 << 20), Isa::avx512, 2).blocks_inner);
   cpu::GemmTuning forced;

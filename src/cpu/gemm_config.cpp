@@ -245,22 +245,19 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   }
   // AMX tiles reread a tile's dy for every channel block, from L2 or beyond when the blocks' tasks are far
   // apart: with the blocks of a row or plane run one after another, from L1 or L2. But each task then reads
-  // every block's filter, which stays in L2 only up to its size; beyond that only tasks of many pixels (flat
-  // planes) use each filter line enough to stream it. Xeon, bf16, 2 threads, packed filter, against
-  // block-major order: channels_last unet_up 0.43x the time, k1s2 0.53x, b 0.69x, i 0.74x, vae 0.83x, a
-  // 0.88x, NCDHW a 0.85x, b 0.67x (filters within L2); d 0.78x (3.4 MiB, flat planes of 880 pixels); but
-  // deep256 (3.4 MiB, rows of 16 pixels) 1.9x and e (16 MiB, planes of 36) 1.5x. The FMA kernels measured
-  // worse with it (i 1.45x, d 1.12x) and keep block-major order.
+  // every block's filter, which stays in L2 only up to its size. Xeon, bf16, 2 threads, packed filter,
+  // against block-major order: channels_last unet_up 0.43x the time, k1s2 0.53x, b 0.69x, i 0.74x, vae 0.83x,
+  // a 0.88x, NCDHW a 0.85x, b 0.67x (filters within L2); deep256 (3.4 MiB, rows of 16 pixels) 1.9x and e
+  // (16 MiB, planes of 36) 1.5x. Flat planes with a filter up to twice L2 took the blocks in turn too (d,
+  // 3.4 MiB over planes of 880 pixels: 0.78x) until the tiles kept the floating-point unit awake; since then,
+  // block-major order, paired against that: deep256 (flat planes of 256 pixels) 0.81-0.88x the time in both
+  // layouts, HiFloat8 0.90x; d within 0.97-1.03x, NCDHW 0.92x. The FMA kernels measured worse with blocks in
+  // turn (i 1.45x, d 1.12x) and keep block-major order.
   const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
   const std::int64_t packed = saturating_mul(
       saturating_mul(saturating_mul(p.G, taps), saturating_mul(c.kpad, ceil_div(p.Cin_g, c.lanes) * c.lanes)),
       elem);
-  const std::int64_t task_pixels = c.plane_mode ? c.planes_per_task * p.y_size[1] * p.y_size[2]
-                                   : c.flat     ? p.y_size[1] * p.y_size[2]
-                                                : p.y_size[2];
-  c.blocks_inner = tuning.blocks_inner >= 0 ? tuning.blocks_inner == 1
-                                            : c.amx && (packed <= cpu.l2_bytes ||
-                                                        (packed <= 2 * cpu.l2_bytes && task_pixels >= 128));
+  c.blocks_inner = tuning.blocks_inner >= 0 ? tuning.blocks_inner == 1 : c.amx && packed <= cpu.l2_bytes;
   // Row tasks D inner where only D taps share dy rows (kernel one row tall in H): Ice Lake Xeon, fp32
   // channels_last, k311 (3 x 1 x 1, rows merged to 256 pixels), 6 alternating runs: 0.97x the time on 1 and
   // 2 threads against plane after plane.
