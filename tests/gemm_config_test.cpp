@@ -234,7 +234,9 @@ TEST_F(GemmConfigTest, WTapsFuseOnlyWhenTheirDyPixelsAreConsecutive) {
   EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2, off).fuse_w);
 }
 
-// Row tasks run D inner where only D taps share dy rows: a kernel one row tall in H and taller in D.
+// Row tasks run D inner where only D taps share dy rows: a kernel one row tall in H and taller in D. Not on
+// AMX tiles (whose row tasks take a window of dy planes per thread where they can, which needs rows plane
+// after plane).
 TEST_F(GemmConfigTest, RowTasksRunDInnerWhereOnlyDTapsShareDyRows) {
   Case c;
   c.Cin = c.Cout = 16;
@@ -242,6 +244,9 @@ TEST_F(GemmConfigTest, RowTasksRunDInnerWhereOnlyDTapsShareDyRows) {
   c.pad_front = c.pad_back = {1, 0, 0};
   const CpuModel cpu = host_cpu_model();
   EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2).d_inner);
+  const auto amx =
+      cpu::gemm_config(problem_of(with_dtype(c, DType::bf16)), with_l2(2 << 20), Isa::amx_bf16, 2);
+  EXPECT_FALSE(amx.d_inner) << amx.describe();
   for (const std::array<std::int64_t, 3>& kernel :
        {std::array<std::int64_t, 3>{3, 3, 1}, std::array<std::int64_t, 3>{1, 1, 3},
         std::array<std::int64_t, 3>{1, 1, 1}}) {
