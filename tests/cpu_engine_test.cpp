@@ -368,7 +368,9 @@ TEST_P(CpuIsa, TapsCoveringPartOfATile) {
 
 // Kernels one pixel wide in H and W at stride 1 without pads there: the engine merges a plane's rows, k at
 // a time, where both tensors' rows follow one another, and its tiles cross row ends; with a D kernel taller
-// than 1 its row tasks run D inner. The sums are the same.
+// than 1 its row tasks run D inner, or on AMX take a window of dy planes per thread (which runs a plane's
+// rows in turn) where they can. The sums are the same; 1, 2 and 3 threads give the same bits. The bf16
+// pair kernels (AMX, vdpbf16ps) take bf16 and HiFloat8 inputs here, the FMA kernels fp32.
 TEST_P(CpuIsa, RowsMergeWhereTheKernelIsOnePixelInHAndW) {
   using Dims = std::array<std::int64_t, 3>;
   struct Geometry {
@@ -385,9 +387,11 @@ TEST_P(CpuIsa, RowsMergeWhereTheKernelIsOnePixelInHAndW) {
       {{4, 5, 7}, {3, 1, 1}, {1, 1, 1}, {1, 1, 0}, false, 1},     // H pads
       {{3, 7, 300}, {3, 1, 1}, {1, 1, 1}, {1, 0, 0}, false, 1}};  // rows too long to merge
   std::mt19937_64 rng(71);
+  const bool amx = GetParam() == Isa::amx_bf16, pairs = amx || GetParam() == Isa::avx512_bf16;
+  std::size_t k_case = 0;
   for (Layout fmt : kDataFormats)
     for (const Geometry& g : geometries) {
-      Case c;
+      Case c = pairs ? with_dtype(Case{}, k_case++ % 2 == 0 ? DType::bf16 : DType::hif8) : Case{};
       c.data_format = fmt;
       c.N = 2;
       c.Cin = 37;  // a full block and a narrow one
@@ -409,19 +413,26 @@ TEST_P(CpuIsa, RowsMergeWhereTheKernelIsOnePixelInHAndW) {
       std::string why;
       auto engine = cpu::make_gemm(named_request(p, 2, GetParam()), GetParam(), {}, why);
       ASSERT_TRUE(engine) << why;
-      if (GetParam() != Isa::amx_bf16) {  // AMX may take flat planes instead of rows
-        const bool d_inner = engine->config().find("rows plane after plane") != std::string::npos;
-        EXPECT_EQ(d_inner, g.kernel[0] > 1) << engine->config();
+      const std::string config = engine->config();
+      const bool d_inner = config.find("rows plane after plane") != std::string::npos,
+                 window = config.find("window") != std::string::npos,
+                 rows = config.find("flat planes") == std::string::npos;
+      EXPECT_EQ(d_inner, rows && g.kernel[0] > 1 && !window) << config;
+      if (!amx) {
+        EXPECT_TRUE(rows && !window) << config;
       }
       fill_canary(inst.y);
       run_gemm(p, inst, GetParam(), {});
-      EXPECT_TRUE(matches_reference(p, inst)) << c.name();
+      EXPECT_TRUE(matches_reference(p, inst)) << c.name() << ", " << config;
       EXPECT_TRUE(padding_intact(inst.y)) << c.name();
       const Tensor two_threads = inst.y;
-      fill_canary(inst.y);
-      run_gemm(p, inst, GetParam(), {}, 1);
-      EXPECT_TRUE(same_bits(two_threads, inst.y)) << c.name() << ", 1 thread";
+      for (int threads : {1, 3}) {
+        fill_canary(inst.y);
+        run_gemm(p, inst, GetParam(), {}, threads);
+        EXPECT_TRUE(same_bits(two_threads, inst.y)) << c.name() << ", " << threads << " threads";
+      }
     }
+  expect_counts(0, 0);
 }
 
 // dy converted into the workspace a row at a time (channels contiguous, no padding channels) from a view

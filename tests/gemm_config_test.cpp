@@ -234,9 +234,10 @@ TEST_F(GemmConfigTest, WTapsFuseOnlyWhenTheirDyPixelsAreConsecutive) {
   EXPECT_FALSE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2, off).fuse_w);
 }
 
-// Row tasks run D inner where only D taps share dy rows: a kernel one row tall in H and taller in D. Not on
-// AMX tiles (whose row tasks take a window of dy planes per thread where they can, which needs rows plane
-// after plane).
+// Row tasks run D inner where only D taps share dy rows: a kernel one row tall in H and taller in D. Not
+// where AMX row tasks take a window of dy planes per thread, which needs a plane's rows in turn: a 3 x 1 x 1
+// kernel over 128 channels on rows of 256 pixels (as merged rows are), on two threads; one thread takes no
+// window, and D inner again.
 TEST_F(GemmConfigTest, RowTasksRunDInnerWhereOnlyDTapsShareDyRows) {
   Case c;
   c.Cin = c.Cout = 16;
@@ -244,9 +245,16 @@ TEST_F(GemmConfigTest, RowTasksRunDInnerWhereOnlyDTapsShareDyRows) {
   c.pad_front = c.pad_back = {1, 0, 0};
   const CpuModel cpu = host_cpu_model();
   EXPECT_TRUE(cpu::gemm_config(problem_of(c), cpu, Isa::avx512, 2).d_inner);
-  const auto amx =
-      cpu::gemm_config(problem_of(with_dtype(c, DType::bf16)), with_l2(2 << 20), Isa::amx_bf16, 2);
+  Case rows = with_dtype(c, DType::bf16);
+  rows.Cin = rows.Cout = 128;
+  rows.in = {8, 4, 256};
+  const auto amx = cpu::gemm_config(problem_of(rows), with_l2(2 << 20), Isa::amx_bf16, 2);
+  ASSERT_FALSE(amx.flat || amx.plane_mode) << amx.describe();
+  EXPECT_TRUE(amx.dy_window) << amx.describe();
   EXPECT_FALSE(amx.d_inner) << amx.describe();
+  const auto one_thread = cpu::gemm_config(problem_of(rows), with_l2(2 << 20), Isa::amx_bf16, 1);
+  EXPECT_FALSE(one_thread.dy_window) << one_thread.describe();
+  EXPECT_TRUE(one_thread.d_inner) << one_thread.describe();
   for (const std::array<std::int64_t, 3>& kernel :
        {std::array<std::int64_t, 3>{3, 3, 1}, std::array<std::int64_t, 3>{1, 1, 3},
         std::array<std::int64_t, 3>{1, 1, 1}}) {

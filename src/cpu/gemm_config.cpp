@@ -248,9 +248,10 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // every block's filter, which stays in L2 only up to its size. Xeon, bf16, 2 threads, packed filter,
   // against block-major order: channels_last unet_up 0.43x the time, k1s2 0.53x, b 0.69x, i 0.74x, vae 0.83x,
   // a 0.88x, NCDHW a 0.85x, b 0.67x (filters within L2); deep256 (3.4 MiB, rows of 16 pixels) 1.9x and e
-  // (16 MiB, planes of 36) 1.5x. Flat planes with a filter up to twice L2 took the blocks in turn too (d,
-  // 3.4 MiB over planes of 880 pixels: 0.78x) until the tiles kept the floating-point unit awake; since then,
-  // block-major order, paired against that: deep256 (flat planes of 256 pixels) 0.81-0.88x the time in both
+  // (16 MiB, planes of 36) 1.5x. Tasks of 128 pixels or more (flat planes, plane tasks, long rows) with a
+  // filter up to twice L2 took the blocks in turn too (d, 3.4 MiB over flat planes of 880 pixels: 0.78x)
+  // until the tiles kept the floating-point unit awake; since then, block-major order, paired against that
+  // (flat planes measured, the others not): deep256 (flat planes of 256 pixels) 0.81-0.88x the time in both
   // layouts, HiFloat8 0.90x; d within 0.97-1.03x, NCDHW 0.92x. The FMA kernels measured worse with blocks in
   // turn (i 1.45x, d 1.12x) and keep block-major order.
   const std::int64_t taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
@@ -260,10 +261,12 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   c.blocks_inner = tuning.blocks_inner >= 0 ? tuning.blocks_inner == 1 : c.amx && packed <= cpu.l2_bytes;
   // Row tasks D inner where only D taps share dy rows (kernel one row tall in H): Ice Lake Xeon, fp32
   // channels_last, k311 (3 x 1 x 1, rows merged to 256 pixels), 6 alternating runs: 0.97x the time on 1 and
-  // 2 threads against plane after plane. Not for AMX, whose row tasks then take the dy window below (which
-  // needs rows plane after plane): Xeon with AMX (model 167), 2 threads, paired against D inner, k311
-  // channels_last 0.77-0.79x the time, HiFloat8 0.79x, NCDHW 0.83x, split fp16 unchanged.
-  c.d_inner = !c.amx && !c.plane_mode && !c.flat && p.kernel[1] == 1 && p.kernel[0] > 1;
+  // 2 threads against plane order (a plane's rows, then the next plane's). Except where AMX row tasks take
+  // the dy window below, which needs plane order (decided after it): Xeon with AMX (model 167), 2 threads,
+  // paired against D inner without the window, k311 channels_last 0.77-0.79x the time, HiFloat8 0.79x,
+  // NCDHW 0.83x.
+  const bool d_taps_share_rows = !c.plane_mode && !c.flat && p.kernel[1] == 1 && p.kernel[0] > 1;
+  c.d_inner = d_taps_share_rows && !c.amx;
   // With more than one thread, a window of converted dy planes per thread where it and the packed filter fit
   // in half a core's L2: dy converted beforehand, by all threads in turn, is then read from the other core's
   // cache or from L3 (written back on the way) by tasks that either thread may run, and the pass itself is
@@ -292,6 +295,7 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
                      : threads > 1 && saturating_add(saturating_mul(window_planes, dy_plane_bytes), packed) <=
                                           cpu.l2_bytes / 2);
   c.dy_window_planes = c.dy_window ? std::min(window_planes, p.dy_size[0]) : 0;
+  c.d_inner = d_taps_share_rows && !c.dy_window;
   // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
   // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
   c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.y_size[2] * block_width <= (std::int64_t{1} << 20));

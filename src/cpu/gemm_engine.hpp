@@ -78,10 +78,11 @@ struct GemmConfig {
   std::int64_t planes_per_task = 1;
   // AMX: each thread's consecutive tasks take the channel blocks (of every group) of one y row or plane in
   // turn, so the dy tiles a block reads are in cache for the next; every block is packed before the tasks
-  // run, so only where the whole packed filter fits in a core's L2, or twice that for tasks of many pixels.
+  // run, so only where the whole packed filter fits in a core's L2.
   bool blocks_inner = false;
   // Row tasks run plane after plane for each row index (D inner): where the kernel is one row tall in H and
-  // taller in D, consecutive tasks then read the same dy rows for different D taps, from cache.
+  // taller in D, consecutive tasks then read the same dy rows for different D taps, from cache. Not where
+  // AMX row tasks take a dy window (dy_window), which needs plane order.
   bool d_inner = false;
   // AMX row tasks of one group, channel blocks in turn: each thread takes a share of the tasks and converts
   // the dy planes they reach into a window of its own (dy_window_planes planes, sliding along them) just
