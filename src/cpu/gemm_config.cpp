@@ -266,7 +266,6 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // paired against D inner without the window, k311 channels_last 0.77-0.79x the time, HiFloat8 0.79x,
   // NCDHW 0.83x.
   const bool d_taps_share_rows = !c.plane_mode && !c.flat && p.kernel[1] == 1 && p.kernel[0] > 1;
-  c.d_inner = d_taps_share_rows && !c.amx;
   // With more than one thread, a window of converted dy planes per thread where it and the packed filter fit
   // in half a core's L2: dy converted beforehand, by all threads in turn, is then read from the other core's
   // cache or from L3 (written back on the way) by tasks that either thread may run, and the pass itself is
@@ -287,15 +286,15 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // The threads take each other's window tasks through one word per share (two 32-bit task counts).
   const std::int64_t row_tasks = saturating_mul(saturating_mul(p.N, p.y_size[0]),
                                                 saturating_mul(p.y_size[1], ceil_div(p.Cin_g, block_width)));
-  const bool window_allowed = c.amx && p.G == 1 && c.blocks_inner && !c.plane_mode && !c.flat && !c.d_inner &&
-                              row_tasks < (std::int64_t{1} << 32);
+  const bool window_allowed =
+      c.amx && p.G == 1 && c.blocks_inner && !c.plane_mode && !c.flat && row_tasks < (std::int64_t{1} << 32);
   c.dy_window = window_allowed &&
                 (tuning.dy_window >= 0
                      ? tuning.dy_window == 1
                      : threads > 1 && saturating_add(saturating_mul(window_planes, dy_plane_bytes), packed) <=
                                           cpu.l2_bytes / 2);
   c.dy_window_planes = c.dy_window ? std::min(window_planes, p.dy_size[0]) : 0;
-  c.d_inner = d_taps_share_rows && !c.dy_window;
+  c.d_inner = d_taps_share_rows && !c.dy_window;  // the window runs a plane's rows in turn
   // y with strided channels (NCDHW) is staged a whole row at a time, channel-last, then stored per channel
   // as one run of Wi pixels; otherwise (or for very long rows) tile by tile.
   c.staged = c.plane_mode || (p.y_strides[1] != 1 && p.y_size[2] * block_width <= (std::int64_t{1} << 20));
