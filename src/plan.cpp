@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/engine.hpp"
+#include "common/output_pages.hpp"
 #include "common/parallel.hpp"
 #include "problem/checked.hpp"
 #include "problem/overlap.hpp"
@@ -51,6 +52,17 @@ Isa resolve_isa(Isa requested, bool& named) {
                     " is not supported by this CPU (best: " + to_string(detect_isa()) + ")");
   named = true;
   return requested;
+}
+
+// A dense y of kMapInMinBytes or more gets its absent pages mapped in before the engine writes it
+// (common/output_pages.hpp). A strided view is left alone: mapping in its gaps would touch memory it does not
+// own (a shared file mapping's pages would be marked dirty).
+void map_in_y(const Problem& p, void* y, int threads) {
+  const std::size_t bytes = static_cast<std::size_t>(p.y_elements()) * dtype_size(p.y_dtype);
+  if (bytes < kMapInMinBytes) return;
+  const std::array<std::int64_t, 5> shape{p.N, p.Cin(), p.y_size[0], p.y_size[1], p.y_size[2]};
+  const ByteExtent extent = byte_extent("y", y, dtype_size(p.y_dtype), shape.data(), p.y_strides.data(), 5);
+  if (extent.end - extent.begin == bytes) map_in_pages(y, bytes, threads);
 }
 
 void require(const void* pointer, const char* name) {
@@ -217,6 +229,7 @@ void Plan::execute_packed(const void* out_backprop, void* y, void* workspace) {
   require(out_backprop, "out_backprop");
   require(y, "y");
   require_y_disjoint(s.problem, out_backprop, nullptr, y);  // the packed filter is the engine's own copy
+  map_in_y(s.problem, y, s.threads);
   s.with_workspace(workspace, [&](void* ws) { s.engine->execute(out_backprop, y, ws); });
 }
 
@@ -233,6 +246,7 @@ void Plan::execute(const void* out_backprop, const void* filter, void* y, void* 
   require(out_backprop, "out_backprop");
   require(y, "y");
   require_y_disjoint(s.problem, out_backprop, filter, y);
+  map_in_y(s.problem, y, s.threads);
   std::unique_lock lock(s.filter_mutex);
   s.with_workspace(workspace, [&](void* ws) {
     s.filter_packed = false;  // until the engine has packed all of it
