@@ -8,24 +8,33 @@
 #include "common/output_pages.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
+#include <array>
+#include <cstdint>
 
 #include "common/parallel.hpp"
+#include "problem/overlap.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #include <unistd.h>
+#ifndef MADV_POPULATE_WRITE  // glibc's headers before 2.35; the kernel's value
+#define MADV_POPULATE_WRITE 23
+#endif
 #endif
 
 namespace conv3d_dx {
 
-#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+MapInCounts map_in_y(const Problem& p, void* y, int threads) {
+  const std::size_t bytes = static_cast<std::size_t>(p.y_elements()) * dtype_size(p.y_dtype);
+  if (y == nullptr || bytes < kMapInMinBytes) return {};
+  const std::array<std::int64_t, 5> shape{p.N, p.Cin(), p.y_size[0], p.y_size[1], p.y_size[2]};
+  const ByteExtent extent = byte_extent("y", y, dtype_size(p.y_dtype), shape.data(), p.y_strides.data(), 5);
+  return extent.end - extent.begin == bytes ? map_in_pages(y, bytes, threads) : MapInCounts{};
+}
+
+#if defined(__linux__)
 
 namespace {
-
-// Set once the kernel has refused MADV_POPULATE_WRITE as unknown (EINVAL on kernels before 5.14).
-std::atomic<bool> populate_refused{false};
 
 std::uintptr_t page_size() {
   static const std::uintptr_t size = [] {
@@ -37,7 +46,7 @@ std::uintptr_t page_size() {
 
 // Pages [first, last) (addresses, page-aligned), looked at with mincore in slices of kSlice pages: calls
 // absent(page address, pages) for each run of absent ones, in order, until it returns false. False where
-// part of the range is not mapped.
+// mincore fails first (part of the range is not mapped).
 template <class Absent>
 bool for_absent_runs(std::uintptr_t first, std::uintptr_t last, Absent&& absent) {
   constexpr std::uintptr_t kSlice = 4096;
@@ -61,24 +70,36 @@ bool for_absent_runs(std::uintptr_t first, std::uintptr_t last, Absent&& absent)
   return true;
 }
 
-// Maps in the absent pages of [first, last): one populate request per run.
+// Maps in the absent pages of [first, last): one populate request per run, until one is refused (memory
+// that cannot be mapped in this way, such as a device mapping: the writes fault it in).
 void map_in_part(std::uintptr_t first, std::uintptr_t last, MapInCounts& counts) {
   const std::uintptr_t page = page_size();
   for_absent_runs(first, last, [&](std::uintptr_t at, std::uintptr_t pages) {
     counts.absent += static_cast<std::int64_t>(pages);
     ++counts.requests;
-    if (madvise(reinterpret_cast<void*>(at), pages * page, MADV_POPULATE_WRITE) == 0) return true;
-    if (errno == EINVAL) populate_refused.store(true, std::memory_order_relaxed);
-    return false;
+    return madvise(reinterpret_cast<void*>(at), pages * page, MADV_POPULATE_WRITE) == 0;
   });
 }
 
 }  // namespace
 
+bool kernel_maps_in_pages() {
+  // One private page of our own: kernels before 5.14 refuse the request as unknown.
+  static const bool maps_in = [] {
+    void* p = mmap(nullptr, page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    const bool ok = madvise(p, page_size(), MADV_POPULATE_WRITE) == 0;
+    munmap(p, page_size());
+    return ok;
+  }();
+  return maps_in;
+}
+
 MapInCounts map_in_pages(void* data, std::size_t bytes, int threads) {
   MapInCounts total;
-  if (data == nullptr || bytes == 0 || populate_refused.load(std::memory_order_relaxed)) return total;
   const std::uintptr_t page = page_size(), begin = reinterpret_cast<std::uintptr_t>(data);
+  if (data == nullptr || bytes == 0 || bytes > UINTPTR_MAX - begin - page || !kernel_maps_in_pages())
+    return total;
   const std::uintptr_t first = begin & ~(page - 1), last = (begin + bytes + page - 1) & ~(page - 1);
   // A first look on this thread alone: an output already in memory (the usual case) costs one mincore pass
   // and starts no threads.
@@ -108,6 +129,7 @@ MapInCounts map_in_pages(void* data, std::size_t bytes, int threads) {
 
 #else
 
+bool kernel_maps_in_pages() { return false; }
 MapInCounts map_in_pages(void*, std::size_t, int) { return {}; }
 
 #endif

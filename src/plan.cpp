@@ -54,17 +54,6 @@ Isa resolve_isa(Isa requested, bool& named) {
   return requested;
 }
 
-// A dense y of kMapInMinBytes or more gets its absent pages mapped in before the engine writes it
-// (common/output_pages.hpp). A strided view is left alone: mapping in its gaps would touch memory it does not
-// own (a shared file mapping's pages would be marked dirty).
-void map_in_y(const Problem& p, void* y, int threads) {
-  const std::size_t bytes = static_cast<std::size_t>(p.y_elements()) * dtype_size(p.y_dtype);
-  if (bytes < kMapInMinBytes) return;
-  const std::array<std::int64_t, 5> shape{p.N, p.Cin(), p.y_size[0], p.y_size[1], p.y_size[2]};
-  const ByteExtent extent = byte_extent("y", y, dtype_size(p.y_dtype), shape.data(), p.y_strides.data(), 5);
-  if (extent.end - extent.begin == bytes) map_in_pages(y, bytes, threads);
-}
-
 void require(const void* pointer, const char* name) {
   if (pointer == nullptr)
     throw Error(ErrorCode::null_pointer, name, std::string(name) + " is a null pointer");

@@ -4,23 +4,34 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "conv3d_dx/conv3d_dx.hpp"
+
 namespace conv3d_dx {
 
 // Outputs of at least this many bytes are mapped in beforehand (smaller ones fault in about as fast as
 // they are written, and allocators usually hand back memory already mapped).
 inline constexpr std::size_t kMapInMinBytes = std::size_t{4} << 20;
 
-// Counts of what map_in_pages did, for tests.
+// What map_in_pages did, for tests.
 struct MapInCounts {
-  std::int64_t pages = 0;     // pages of the range
+  std::int64_t pages = 0;     // pages of the range looked at (0: nothing was)
   std::int64_t absent = 0;    // of them, not in memory when looked at (mincore)
   std::int64_t requests = 0;  // populate requests made (one per run of absent pages)
 };
 
+// Whether this kernel maps pages in on request (Linux's MADV_POPULATE_WRITE, 5.14 on); asked once.
+bool kernel_maps_in_pages();
+
 // Maps in, writable, every page of [data, data + bytes) that is not in memory yet, on up to `threads`
-// threads: Linux's MADV_POPULATE_WRITE over each run of absent pages, found with mincore. The bytes are
-// never changed; pages already in memory are left alone. Advice only: where the kernel or the memory refuses
-// (kernels before 5.14, device memory), nothing is done and the writes fault the pages in as usual.
+// threads: MADV_POPULATE_WRITE over each run of absent pages, found with mincore. The bytes are never
+// changed; pages already in memory are left alone. Advice only: where the kernel cannot (before 5.14) or
+// the memory refuses (device mappings), nothing more is done in that call and the writes fault the pages
+// in as usual.
 MapInCounts map_in_pages(void* data, std::size_t bytes, int threads);
+
+// map_in_pages for the y of `p` at `y`, where it is dense (its extent holds nothing but its elements) and
+// of kMapInMinBytes or more. A strided view is left alone: its gaps are not y's to touch (a shared file
+// mapping's pages would be marked dirty).
+MapInCounts map_in_y(const Problem& p, void* y, int threads);
 
 }  // namespace conv3d_dx
