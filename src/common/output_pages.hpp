@@ -23,10 +23,11 @@ struct MapInCounts {
 bool kernel_maps_in_pages();
 
 // Maps in, writable, every page of [data, data + bytes) that is not in memory yet, on up to `threads`
-// threads: MADV_POPULATE_WRITE over each run of absent pages, found with mincore. The bytes are never
-// changed; pages already in memory are left alone. Advice only: where the kernel cannot (before 5.14) or
-// the memory refuses (device mappings), nothing more is done in that call and the writes fault the pages
-// in as usual.
+// threads: MADV_POPULATE_WRITE over each run of absent pages, found with mincore (a run that crosses a
+// thread's share or a mincore slice takes two requests). The bytes are never changed; pages already in
+// memory are left alone. Advice only: where the kernel cannot (before 5.14) nothing is done; where the
+// memory refuses (device mappings) the rest of that thread's share is left to fault in as usual, the other
+// shares go on, and later calls try again.
 MapInCounts map_in_pages(void* data, std::size_t bytes, int threads);
 
 // map_in_pages for the y of `p` at `y`, where it is dense (its extent holds nothing but its elements) and
