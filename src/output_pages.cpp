@@ -2,17 +2,15 @@
 // that size on every call) has no pages until it is written. Each first write to a page then stops the
 // writing thread for a page fault, and inside the engines those cost more than the same pages mapped in
 // together beforehand. AMD EPYC Zen 3 VM, fp32, 2 threads, a new 32 MiB y per call (suite down_s2), medians
-// of paired calls against faulting in the engines: channels_last 0.77-0.84x the time (three runs), NCDHW
-// 0.96x. A y already in memory pays one mincore pass on the calling thread (8-12 us for 16 MiB); paired
+// of paired calls against faulting in the engines: channels_last 0.79x and 0.84x the time (two builds), NCDHW
+// 0.96x. A y already in memory pays one mincore pass on the calling thread (about 12 us for 16 MiB); paired
 // against the same build with the step off, unet_up and a (16 and 6 MiB of y) within noise (about 0.5 %).
 #include "common/output_pages.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 
 #include "common/parallel.hpp"
-#include "problem/overlap.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -24,12 +22,10 @@
 
 namespace conv3d_dx {
 
-MapInCounts map_in_y(const Problem& p, void* y, int threads) {
+MapInCounts map_in_y(const Problem& p, const ByteExtent& extent, int threads) {
   const std::size_t bytes = static_cast<std::size_t>(p.y_elements()) * dtype_size(p.y_dtype);
-  if (y == nullptr || bytes < kMapInMinBytes) return {};
-  const std::array<std::int64_t, 5> shape{p.N, p.Cin(), p.y_size[0], p.y_size[1], p.y_size[2]};
-  const ByteExtent extent = byte_extent("y", y, dtype_size(p.y_dtype), shape.data(), p.y_strides.data(), 5);
-  return extent.end - extent.begin == bytes ? map_in_pages(y, bytes, threads) : MapInCounts{};
+  if (extent.empty() || bytes < kMapInMinBytes || extent.end - extent.begin != bytes) return {};
+  return map_in_pages(reinterpret_cast<void*>(extent.begin), bytes, threads);
 }
 
 #if defined(__linux__)

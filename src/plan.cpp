@@ -217,8 +217,8 @@ void Plan::execute_packed(const void* out_backprop, void* y, void* workspace) {
   if (s.problem.y_elements() == 0) return;  // N == 0: an empty y, nothing to read or write
   require(out_backprop, "out_backprop");
   require(y, "y");
-  require_y_disjoint(s.problem, out_backprop, nullptr, y);  // the packed filter is the engine's own copy
-  map_in_y(s.problem, y, s.threads);
+  // The packed filter is the engine's own copy.
+  map_in_y(s.problem, require_y_disjoint(s.problem, out_backprop, nullptr, y), s.threads);
   s.with_workspace(workspace, [&](void* ws) { s.engine->execute(out_backprop, y, ws); });
 }
 
@@ -234,8 +234,7 @@ void Plan::execute(const void* out_backprop, const void* filter, void* y, void* 
   require(filter, "filter");
   require(out_backprop, "out_backprop");
   require(y, "y");
-  require_y_disjoint(s.problem, out_backprop, filter, y);
-  map_in_y(s.problem, y, s.threads);
+  map_in_y(s.problem, require_y_disjoint(s.problem, out_backprop, filter, y), s.threads);
   std::unique_lock lock(s.filter_mutex);
   s.with_workspace(workspace, [&](void* ws) {
     s.filter_packed = false;  // until the engine has packed all of it

@@ -126,6 +126,11 @@ ProblemSpec pointwise_spec(const float* dy, const float* w, float* y, std::int64
   return spec;
 }
 
+// map_in_y for a spec's y, as Plan calls it.
+MapInCounts map_in_spec(const ProblemSpec& spec) {
+  return map_in_y(validate(spec), byte_extent("y", spec.y), 2);
+}
+
 // Which y map_in_y looks at: dense ones of 4 MiB or more (every page, the absent ones mapped in), not a
 // smaller one nor a strided view.
 TEST(OutputPages, MapsInDenseOutputsOfFourMebibytesOrMoreOnly) {
@@ -137,12 +142,12 @@ TEST(OutputPages, MapsInDenseOutputsOfFourMebibytesOrMoreOnly) {
   ASSERT_NE(memory.data, nullptr);
   float* y = reinterpret_cast<float*>(memory.data);
   // One image, 4 MiB: looked at, every page absent.
-  MapInCounts c = map_in_y(validate(pointwise_spec(dy.data(), w.data(), y, kImage, 1)), y, 2);
+  MapInCounts c = map_in_spec(pointwise_spec(dy.data(), w.data(), y, kImage, 1));
   EXPECT_EQ(c.pages, static_cast<std::int64_t>(image_pages));
   EXPECT_EQ(c.absent, static_cast<std::int64_t>(image_pages));
   // Two images 8 pages apart: strided, not looked at (the gap stays absent).
   const std::int64_t gap = static_cast<std::int64_t>(8 * page / 4);
-  c = map_in_y(validate(pointwise_spec(dy.data(), w.data(), y, kImage + gap)), y, 2);
+  c = map_in_spec(pointwise_spec(dy.data(), w.data(), y, kImage + gap));
   EXPECT_EQ(c.pages, 0);
   EXPECT_FALSE(memory.resident()[image_pages + 4]);
   // Smaller than 4 MiB: a 255-row image, not looked at.
@@ -152,7 +157,7 @@ TEST(OutputPages, MapsInDenseOutputsOfFourMebibytesOrMoreOnly) {
   small.y.shape[3] = 255;
   small.y.strides = {kC * 255 * 256, 255 * 256, 255 * 256, 256, 1};
   small.out_backprop.strides = small.y.strides;
-  c = map_in_y(validate(small), y + kImage + gap, 2);
+  c = map_in_spec(small);
   EXPECT_EQ(c.pages, 0);
   EXPECT_FALSE(memory.resident()[image_pages + 8]);
 }

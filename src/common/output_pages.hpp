@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "conv3d_dx/conv3d_dx.hpp"
+#include "problem/overlap.hpp"
 
 namespace conv3d_dx {
 
@@ -30,9 +31,9 @@ bool kernel_maps_in_pages();
 // shares go on, and later calls try again.
 MapInCounts map_in_pages(void* data, std::size_t bytes, int threads);
 
-// map_in_pages for the y of `p` at `y`, where it is dense (its extent holds nothing but its elements) and
-// of kMapInMinBytes or more. A strided view is left alone: its gaps are not y's to touch (a shared file
-// mapping's pages would be marked dirty).
-MapInCounts map_in_y(const Problem& p, void* y, int threads);
+// map_in_pages for the y of `p` over `extent` (require_y_disjoint's), where it is dense (the extent holds
+// nothing but y's elements) and of kMapInMinBytes or more. A strided view is left alone: its gaps are not
+// y's to touch (a shared file mapping's pages would be marked dirty).
+MapInCounts map_in_y(const Problem& p, const ByteExtent& extent, int threads);
 
 }  // namespace conv3d_dx

@@ -59,17 +59,19 @@ void require_disjoint(const NamedExtent& written, const std::vector<NamedExtent>
   }
 }
 
-void require_y_disjoint(const Problem& p, const void* out_backprop, const void* filter, const void* y,
-                        const ParameterNames& names) {
+ByteExtent require_y_disjoint(const Problem& p, const void* out_backprop, const void* filter, const void* y,
+                              const ParameterNames& names) {
   const std::array<std::int64_t, 5> y_shape{p.N, p.Cin(), p.y_size[0], p.y_size[1], p.y_size[2]};
   const std::array<std::int64_t, 5> dy_shape{p.N, p.Cout(), p.dy_size[0], p.dy_size[1], p.dy_size[2]};
   const std::array<std::int64_t, 5> w_shape{p.Cout(), p.Cin_g, p.kernel[0], p.kernel[1], p.kernel[2]};
-  require_disjoint(
-      {names.y, byte_extent(names.y, y, dtype_size(p.y_dtype), y_shape.data(), p.y_strides.data(), 5)},
-      {{names.out_backprop, byte_extent(names.out_backprop, out_backprop, dtype_size(p.dy_dtype),
-                                        dy_shape.data(), p.dy_strides.data(), 5)},
-       {names.filter, byte_extent(names.filter, filter, dtype_size(p.filter_dtype), w_shape.data(),
-                                  p.filter_strides.data(), 5)}});
+  const ByteExtent y_extent =
+      byte_extent(names.y, y, dtype_size(p.y_dtype), y_shape.data(), p.y_strides.data(), 5);
+  require_disjoint({names.y, y_extent},
+                   {{names.out_backprop, byte_extent(names.out_backprop, out_backprop, dtype_size(p.dy_dtype),
+                                                     dy_shape.data(), p.dy_strides.data(), 5)},
+                    {names.filter, byte_extent(names.filter, filter, dtype_size(p.filter_dtype),
+                                               w_shape.data(), p.filter_strides.data(), 5)}});
+  return y_extent;
 }
 
 }  // namespace conv3d_dx

@@ -38,7 +38,8 @@ void require_disjoint(const NamedExtent& written, const std::vector<NamedExtent>
 
 // The rule for the input gradient: y shares no byte with out_backprop or the filter, all laid out as `p`
 // says, named as `names` says. A null pointer is skipped (a filter already packed is not read again).
-void require_y_disjoint(const Problem& p, const void* out_backprop, const void* filter, const void* y,
-                        const ParameterNames& names = {});
+// Returns y's extent.
+ByteExtent require_y_disjoint(const Problem& p, const void* out_backprop, const void* filter, const void* y,
+                              const ParameterNames& names = {});
 
 }  // namespace conv3d_dx
