@@ -1207,7 +1207,9 @@ Case pointwise_case(DType dtype, Layout format, std::int64_t cin, std::int64_t c
 // groups, y in every output type; exact on small integers; 1, 2 and 3 threads give the same bits, and so
 // does a CPU with a 16 KiB L2, whose blocking cuts the reduction into chunks of about 16 steps (an odd
 // Cout's zero row in the last) and (AVX-512) stores a larger fp32 y past the caches; N = 0 plans and runs as
-// an empty success.
+// an empty success. AVX2 broadcasts the filter instead (PointwiseBlocking::broadcast): rows of 6 input
+// channels (full and partial), 16-pixel vectors (full and partial), and with the small L2 chunks of 64
+// output channels and blocks of 30 to 126 rows.
 class CpuPointwise : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -1229,7 +1231,7 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
   const std::vector<std::array<std::int64_t, 3>> sizes = {{1, 1, 31}, {1, 4, 8},   {1, 1, 33}, {2, 3, 11},
                                                           {3, 5, 7},  {1, 1, 143}, {1, 5, 29}, {2, 2, 37}};
   const std::vector<std::array<std::int64_t, 3>> wide_k_sizes = {{1, 1, 140}, {1, 1, 132}};
-  int k = 0, chunked = 0, uncached = 0;
+  int k = 0, chunked = 0, uncached = 0, row_blocked = 0;
   for (std::int64_t cin : {9, 17, 40, 80, 130})
     for (std::int64_t cout : {1, 2, 3, 16, 33, 70, 1900})
       for (int i = 0; i < 2; ++i) {             // two sizes per pair of channel counts, in turn
@@ -1282,17 +1284,21 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
           const cpu::PointwiseBlocking b = cpu::pointwise_blocking(p, small, 2, GetParam());
           chunked += b.chunk < steps;
           uncached += b.uncached_y;
+          row_blocked += b.broadcast && b.row_block < p.Cin_g;
           fill_canary(inst.y);
           run_pointwise(p, inst, GetParam(), 2, small);
           EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", in chunks of " << b.chunk;
         }
       }
-  EXPECT_GE(chunked, 40);  // of 124 runs: Cout 33, 70 and 1900
   // fp32 y over 32 KiB (2 threads' L2 twice): 28 runs, non-temporal stores of AVX-512 only.
-  if (GetParam() == Isa::avx2)
+  if (GetParam() == Isa::avx2) {
+    EXPECT_GE(chunked, 28) << row_blocked;  // of 124 runs: Cout 70 and 1900
+    EXPECT_GE(row_blocked, 20);             // Cin 80 and 130 over Cout 16 to 70
     EXPECT_EQ(uncached, 0);
-  else
+  } else {
+    EXPECT_GE(chunked, 40);  // Cout 33, 70 and 1900
     EXPECT_GE(uncached, 20);
+  }
 }
 
 // It takes only what it is built for, says why otherwise, and Plan prefers it for such problems.
@@ -1314,8 +1320,16 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
       const cpu::PointwiseBlocking b = cpu::pointwise_blocking(huge, cpu, 2, GetParam());
       const std::int64_t unit = b.nv * cpu::kernels_for(GetParam()).lanes;
       EXPECT_LT(b.chunk, huge.Cout_g);
-      EXPECT_GE(b.kp, b.chunk);
-      EXPECT_LE((b.width * b.kp + b.chunk * unit + b.width * unit) * 4, l2 * 3 / 4) << l2;
+      if (b.broadcast) {  // the panel within 1/4 of L2, a block of filter rows within 1/2, whole vectors
+        EXPECT_EQ(GetParam(), Isa::avx2);
+        EXPECT_LE(b.chunk * b.width * 4, l2 / 4) << l2;
+        EXPECT_LE(b.row_block * b.chunk * 4, l2 / 2) << l2;
+        EXPECT_EQ(b.width % unit, 0);
+        EXPECT_EQ(b.row_block % b.rows, 0);
+      } else {
+        EXPECT_GE(b.kp, b.chunk);
+        EXPECT_LE((b.width * b.kp + b.chunk * unit + b.width * unit) * 4, l2 * 3 / 4) << l2;
+      }
     }
   }
   Case kernel = ok, strided = ok, padded = ok, last = ok, views = ok;
@@ -1339,6 +1353,89 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
     auto engine = cpu::make_pointwise(named_request(p, 2, isa), isa, why);
     EXPECT_FALSE(engine) << c.name();
     EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
+  }
+}
+
+// AVX2's broadcast mode also takes kernels that give each y pixel one tap (kernel = stride, no padding or
+// dilation, y = stride x dy, at most 2 taps along W): (input channel, tap) rows, each stored to its phase
+// of y, the two W taps interleaved. Kernels of 1 to 3 taps along D and H, 1 or 2 along W; dy rows of 1 to
+// 20 pixels (16-pixel vectors across rows, partial ones), every dtype and filter layout, groups, y in the
+// input type or fp32; exact on small integers; 1, 2 and 3 threads and a 16 KiB L2 (chunks, row blocks)
+// give the same bits. Plan takes it for such a problem, and the cases it cannot take are declined.
+TEST_P(CpuPointwise, OneTapPerPixelKernels) {
+  if (GetParam() != Isa::avx2) GTEST_SKIP() << "the broadcast mode is AVX2's";
+  std::mt19937_64 rng(141);
+  const std::vector<std::array<std::int64_t, 3>> kernels = {{2, 2, 2}, {1, 2, 2}, {2, 2, 1},
+                                                            {3, 1, 2}, {1, 1, 2}, {2, 3, 1}};
+  const std::vector<std::array<std::int64_t, 3>> dys = {
+      {1, 1, 20}, {2, 3, 1}, {1, 2, 17}, {2, 2, 8}, {1, 3, 5}};
+  int k = 0, chunked = 0, row_blocked = 0;
+  for (const auto& kernel : kernels)
+    for (std::int64_t cin : {3, 9, 40})
+      for (std::int64_t cout : {1, 5, 70}) {
+        Case c = with_dtype(Case{}, kAllDtypes[k % 5]);
+        c.data_format = Layout::NCDHW;
+        c.filter_format = kFilterFormats[k % 3];
+        c.kernel = kernel;
+        c.stride = kernel;
+        const auto& dy = dys[static_cast<std::size_t>(k % 5)];
+        for (int a = 0; a < 3; ++a) c.in[a] = dy[a] * kernel[a];
+        c.N = 1 + k % 2;
+        c.groups = k % 4 == 1 ? 2 : 1;
+        c.Cin = cin * c.groups;
+        c.Cout = cout * c.groups;
+        c.y_dtype = k % 2 == 0 ? DType::f32 : c.dtype;
+        ++k;
+        for (Fill fill : {Fill::small_integers, Fill::random}) {
+          Instance inst = instantiate(c, rng, fill);
+          const Problem p = validate(inst.spec);
+          run_pointwise(p, inst, Isa::avx2);
+          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
+          if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
+            ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
+          }
+          ASSERT_TRUE(padding_intact(inst.y)) << c.name();
+          Tensor first = inst.y;
+          for (int threads : {1, 3}) {
+            fill_canary(inst.y);
+            run_pointwise(p, inst, Isa::avx2, threads);
+            EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
+          }
+          const CpuModel small = small_l2();
+          const cpu::PointwiseBlocking b = cpu::pointwise_blocking(p, small, 2, Isa::avx2);
+          chunked += b.chunk < p.Cout_g;
+          row_blocked += b.row_block < p.Cin_g * kernel[0] * kernel[1] * kernel[2];
+          fill_canary(inst.y);
+          run_pointwise(p, inst, Isa::avx2, 2, small);
+          EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", in chunks of " << b.chunk;
+        }
+      }
+  EXPECT_GE(chunked, 20) << row_blocked;  // Cout 70
+  EXPECT_GE(row_blocked, 14);             // more than 54 (input channel, tap) rows over Cout 70
+
+  Case ok = pointwise(24, 5, {4, 6, 8});
+  ok.kernel = ok.stride = {2, 2, 2};
+  {
+    Instance inst = instantiate(ok, rng, Fill::random);
+    Options o;
+    o.isa = Isa::avx2;
+    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(), "pointwise_avx2");
+  }
+  Case wide = ok, padded = ok, dilated = ok, left_over = ok, overlapping = ok;
+  wide.kernel = wide.stride = {1, 1, 3};
+  padded.pad_front = {0, 1, 0};
+  padded.pad_back = {0, 1, 0};
+  dilated.dilation = {2, 1, 1};
+  dilated.in = {8, 6, 8};
+  left_over.in = {5, 6, 8};
+  overlapping.stride = {1, 2, 2};
+  for (const Case& c : {wide, padded, dilated, left_over, overlapping}) {
+    Instance inst = instantiate(c, rng, Fill::random);
+    const Problem p = validate(inst.spec);
+    std::string why;
+    auto engine = cpu::make_pointwise(named_request(p, 2, Isa::avx2), Isa::avx2, why);
+    EXPECT_FALSE(engine) << c.name();
+    EXPECT_NE(why.find("one tap per y pixel"), std::string::npos) << c.name() << ": " << why;
   }
 }
 

@@ -89,8 +89,9 @@ constexpr int pix_max_p(int ci, int budget) {
   return p < 1 ? 1 : p > kMaxPixP ? kMaxPixP : p;
 }
 
-// Filter-streaming tiles for small feature maps (stream_engine.cpp): R input channels x V vectors of lanes
-// pixels, fp32 accumulators. Reduction step (co, i), co < nco and i < ntaps in that order, adds, for row r,
+// Filter-streaming tiles for small feature maps (stream_engine.cpp), also the pointwise engine's broadcast
+// mode (one tap, filter rows packed [co][R]): R input channels x V vectors of lanes pixels, fp32
+// accumulators. Reduction step (co, i), co < nco and i < ntaps in that order, adds, for row r,
 // the pixel vectors dycol[((co * ntaps + i) * V + v) * lanes ...] times the broadcast filter value
 // w[co * w_cs + r * w_rs + taps[i]]. dycol is zero where a tap misses dy; the masked kernels (R = 1) also
 // leave those lanes (clear bits of masks[i * V + v]) untouched, so no term outside dy enters a sum, not even
@@ -104,7 +105,8 @@ struct StreamArgs {
   const std::uint16_t* masks;  // masked kernels only
   std::int64_t ntaps, nco;
   std::int64_t prefetch, prefetch_bytes;  // elements after each co's first value, bytes (0: none)
-  float* acc;                             // [R][V * lanes], 64-byte aligned
+  float* acc;                             // [R][V * lanes], rows acc_rs apart, 64-byte aligned
+  std::int64_t acc_rs;                    // elements between rows: V * lanes or more, a multiple of lanes
   bool accumulate;                        // start from acc's values instead of zero
 };
 

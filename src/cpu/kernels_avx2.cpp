@@ -341,6 +341,18 @@ void store_transposed(const void* a, bool a_bf16, std::int64_t a_rs, std::int64_
   }
 }
 
+// out[i] = a[i / 2] for even i, b[i / 2] for odd i, i < n: 16 at a time, the rest one by one.
+void interleave_f32(const float* a, const float* b, float* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 va = _mm256_loadu_ps(a + i / 2), vb = _mm256_loadu_ps(b + i / 2);
+    const __m256 lo = _mm256_unpacklo_ps(va, vb), hi = _mm256_unpackhi_ps(va, vb);  // per 128-bit half
+    _mm256_storeu_ps(out + i, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(out + i + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
+  for (; i < n; ++i) out[i] = (i % 2 == 0 ? a : b)[i / 2];
+}
+
 // Copies n floats with streaming stores past the caches (a copy written once and read much later).
 void copy_uncached(const float* src, float* dst, std::int64_t n) {
   const std::int64_t head = std::min<std::int64_t>(
@@ -390,6 +402,7 @@ const KernelSet& avx2_kernels() {
       s.stream_masked[v] = &StreamTile<V, 1, v, true>::kernel;
     });
     s.copy_uncached = &copy_uncached;
+    s.interleave_f32 = &interleave_f32;
     static_for<1, kMaxPixCi + 1>([&](auto ci) {
       static_for<1, pix_max_p(ci, kPixBudget) + 1>([&](auto p) { s.pix[ci][p] = &PixTile<ci, p>::kernel; });
     });

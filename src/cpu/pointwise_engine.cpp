@@ -52,6 +52,49 @@ constexpr bool kAmxStreamFilter = true;
 // Channels as AMX tiles take them: input channels in blocks of 32, output channels in products of 16 pairs.
 inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels, 32) * 32; }
 
+// Filter values broadcast over pixel vectors (AVX2): y's rows are computed as they lie, (input channel,
+// tap) rows x kBroadcastNv vectors of pixels per kernel call (the filter-streaming tiles, 6 x 2 on AVX2), so
+// neither dy nor y is transposed. Per tile of up to kBroadcastWidth pixels and chunk of output channels,
+// dy's rows are copied into a panel of [vector][channel][pixels] (within a quarter of L2; one vector's part
+// stays in L1 across a block's rows); the chunk's filter is reduced against it a block of rows at a time
+// (within half of L2, reused over the tile's vectors); the accumulators of all rows (within half of L2) are
+// carried from chunk to chunk. A kernel k = stride (no padding) makes each y pixel one tap's: the same
+// product over dy's pixels with (input channel, tap) rows, each row stored to its phase of y (W taps 2:
+// interleaved). Zen 3, 2 threads, NCDHW, medians of 15 paired calls against the transposing tiles (pointwise)
+// or the GEMM engine (k = stride), Cout -> Cin: i (2730 -> 256 over 4 x 16 x 16) 0.91x the time, 1024 ->
+// 1024 over 4 x 16 x 16 0.95x, 512 -> 64 over 8 x 32 x 32 0.95x, 256 -> 256 over 16 x 32 x 32 0.95x, 64 ->
+// 512 over 2 x 8 x 32 x 32 0.94x, 32 -> 32 over 16 x 64 x 64 0.92x, 2048 -> 512 over 8 x 8 0.98x, but 2048
+// -> 128 over 2 x 8 x 8 1.07x (0.51 ms); k2 s2: unet_up (128 -> 64 onto 16 x 64 x 64) 0.79x, 256 -> 128 onto
+// 16 x 32 x 32 0.76x, 64 -> 32 onto 2 x 16 x 64 x 64 0.72x, 512 -> 256 onto 8 x 16 x 16 0.85x. bf16 (widened
+// as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x. Not measured with
+// AVX-512, whose pointwise tiles keep the transposes.
+constexpr int kBroadcastNv = 2;
+constexpr std::int64_t kBroadcastWidth = 64;
+
+PointwiseBlocking broadcast_blocking(const Problem& p, const CpuModel& cpu, int threads,
+                                     const KernelSet& ks) {
+  PointwiseBlocking b;
+  b.broadcast = true;
+  b.nv = kBroadcastNv;
+  b.rows = ks.stream_rows[b.nv];
+  const std::int64_t vl = b.nv * ks.lanes, rows = p.Cin_g * p.kernel[0] * p.kernel[1] * p.kernel[2];
+  const std::int64_t pixels = std::max<std::int64_t>(1, p.dy_size[0] * p.dy_size[1] * p.dy_size[2]),
+                     images = std::max<std::int64_t>(1, p.N * p.G);
+  const std::int64_t tiles_per_image =
+      std::min(ceil_div(2 * std::int64_t{threads}, images), ceil_div(pixels, vl));
+  b.width = std::min(ceil_div(ceil_div(pixels, tiles_per_image), vl), kBroadcastWidth / vl) * vl;
+  while (b.width > vl && rows * b.width * 4 > cpu.l2_bytes / 2) b.width -= vl;
+  // The panel within a quarter of L2, a block of the filter's rows for the chunk within half.
+  const std::int64_t most = std::max<std::int64_t>(16, cpu.l2_bytes / 4 / (4 * b.width));
+  b.chunk =
+      std::max<std::int64_t>(1, ceil_div(p.Cout_g, std::max<std::int64_t>(1, ceil_div(p.Cout_g, most))));
+  const std::int64_t block =
+      std::max<std::int64_t>(b.rows, cpu.l2_bytes / 2 / (4 * b.chunk) / b.rows * b.rows);
+  b.row_block = std::min(block, ceil_div(rows, b.rows) * b.rows);
+  b.kp = 0;
+  return b;
+}
+
 PointwiseBlocking pointwise_blocking(const Problem& p, const CpuModel& cpu, int threads, Isa isa) {
   const KernelSet& ks = kernels_for(isa);
   if (isa == Isa::amx_bf16) {
@@ -62,6 +105,7 @@ PointwiseBlocking pointwise_blocking(const Problem& p, const CpuModel& cpu, int 
     b.kp = (ceil_div(b.chunk, 16) | 1) * 16;
     return b;
   }
+  if (isa == Isa::avx2) return broadcast_blocking(p, cpu, threads, ks);
   const std::int64_t steps = isa == Isa::avx512_bf16 ? (p.Cout_g + 1) / 2 : p.Cout_g;
   PointwiseBlocking b;
   b.nv = static_cast<int>(std::min<std::int64_t>(ks.nv_for_reduction(steps), ceil_div(p.Cin_g, ks.lanes)));
@@ -97,6 +141,7 @@ namespace {
 
 constexpr std::int64_t kTasksPerThread = 4;  // runs of tiles per thread worth cutting images into
 constexpr std::int64_t kRows = 32;  // dy rows per transposed block (16 channel pairs); also the prefetch lead
+constexpr std::int64_t kRowsAhead = 8;  // broadcast mode: dy rows prefetched ahead of the copy
 
 class PointwiseEngine final : public EngineImpl {
  public:
@@ -109,13 +154,18 @@ class PointwiseEngine final : public EngineImpl {
         ks_(ks),
         amx_(isa == Isa::amx_bf16),
         pairs_(pairs),
+        broadcast_(b.broadcast),
         k_(amx_    ? amx_padded(p_.Cout_g) / 2
            : pairs ? (p_.Cout_g + 1) / 2
                    : p_.Cout_g),
         nv_(b.nv),
         unit_(nv_ * ks.lanes),
         units_(ceil_div(p_.Cin_g, unit_)),
-        pixels_(p_.y_size[0] * p_.y_size[1] * p_.y_size[2]),
+        taps_(p_.kernel[0] * p_.kernel[1] * p_.kernel[2]),
+        rows_(p_.Cin_g * taps_),
+        tile_rows_(b.rows),
+        row_block_(b.row_block),
+        pixels_(p_.dy_size[0] * p_.dy_size[1] * p_.dy_size[2]),
         elem_(static_cast<std::int64_t>(dtype_size(p_.dy_dtype))),
         width_(b.width),
         chunk_(b.chunk),
@@ -128,9 +178,9 @@ class PointwiseEngine final : public EngineImpl {
     const Problem& p = p_;
     const std::int64_t images = std::max<std::int64_t>(1, p.N * p.G);
     // The packed filter; per thread a dy panel, a block of rows and the accumulators (see execute).
-    const std::int64_t packed = saturating_mul(saturating_mul(p.G * units_, k_), unit_ * 4);
-    check_memory(request, name(),
-                 {packed, 0, (kp_ * width_ + (kRows + acc_units() * unit_) * width_ + 48) * 4});
+    const std::int64_t packed = broadcast_ ? saturating_mul(saturating_mul(p.G, rows_), k_ * 4)
+                                           : saturating_mul(saturating_mul(p.G * units_, k_), unit_ * 4);
+    check_memory(request, name(), {packed, 0, saturating_mul(scratch_floats(), 4)});
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed), "the packed filter");
     // Each image's pixels are cut into runs of whole tiles, enough of them to share out. A pixel's sum does
     // not depend on which tile holds it (the exact kernels a tile's tiny value calls for give vdpbf16ps's
@@ -145,6 +195,11 @@ class PointwiseEngine final : public EngineImpl {
 
   std::string name() const override { return name_; }
   std::string config() const override {
+    if (broadcast_)
+      return "filter broadcast over " + std::to_string(unit_) + "-pixel vectors, " +
+             std::to_string(tile_rows_) + " (input channel, tap) rows per call, tiles of up to " +
+             std::to_string(width_) + " pixels, reduction in " + std::to_string(chunks_) +
+             (chunks_ > 1 ? " chunks of " : " chunk of ") + std::to_string(chunk_) + " channels";
     return std::string(amx_ ? "AMX tiles, channel-last, " : "") + "tiles of up to " + std::to_string(width_) +
            " pixels, channel blocks of " + std::to_string(unit_) + ", reduction in " +
            std::to_string(chunks_) + (chunks_ > 1 ? " chunks of " : " chunk of ") + std::to_string(chunk_) +
@@ -154,6 +209,10 @@ class PointwiseEngine final : public EngineImpl {
   // Per unit of unit_ input channels (group g, block b; the last block's padding stays zero):
   // [g][b][co][unit_] fp32, or [g][b][co / 2][unit_][2] bf16.
   void pack_filter(const void* filter) override {
+    if (broadcast_) {
+      pack_filter_rows(filter);
+      return;
+    }
     const auto& s = p_.filter_strides;
     // Per unit: whether it holds a bf16 value too small for vdpbf16ps (tiny_bf16).
     std::vector<unsigned char> tiny(static_cast<std::size_t>(p_.G * units_), 0);
@@ -218,18 +277,38 @@ class PointwiseEngine final : public EngineImpl {
   void execute(const void* dy, void* y, void* /*workspace*/) const override {
     if (p_.N == 0) return;
     parallel_for(threads_, p_.N * p_.G * runs_, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> panel(static_cast<std::size_t>(kp_ * width_ + 16));              // 4-byte units
-      std::vector<float> rows(static_cast<std::size_t>(amx_ ? 0 : kRows * width_ + 16));  // fill_panel's
-      std::vector<float> acc(static_cast<std::size_t>(acc_units() * unit_ * width_ + 16));
-      for (std::int64_t t = begin; t < end; ++t)
-        run_task(t, dy, y, static_cast<float*>(align64(panel.data())),
-                 static_cast<float*>(align64(rows.data())), static_cast<float*>(align64(acc.data())));
+      const Scratch scratch = scratch_sizes();
+      std::vector<float> panel(static_cast<std::size_t>(scratch.panel + 16));  // 4-byte units
+      std::vector<float> rows(static_cast<std::size_t>(scratch.rows + 16));    // fill_panel's
+      std::vector<float> acc(static_cast<std::size_t>(scratch.acc + 16));
+      auto* const panel64 = static_cast<float*>(align64(panel.data()));
+      auto* const rows64 = static_cast<float*>(align64(rows.data()));
+      auto* const acc64 = static_cast<float*>(align64(acc.data()));
+      for (std::int64_t t = begin; t < end; ++t) {
+        if (broadcast_)
+          run_task_broadcast(t, dy, y, panel64, rows64, acc64);
+        else
+          run_task(t, dy, y, panel64, rows64, acc64);
+      }
       if (uncached_y_) _mm_sfence();  // this thread's non-temporal stores, before the threads join
       if (amx_) amx_release();
     });
   }
 
  private:
+  // Per thread, in floats: the dy panel, rows widened or staged on the way into it, the accumulators.
+  struct Scratch {
+    std::int64_t panel, rows, acc;
+  };
+  Scratch scratch_sizes() const {
+    if (broadcast_) return {chunk_ * width_, width_, rows_ * width_};
+    return {kp_ * width_, amx_ ? 0 : kRows * width_, acc_units() * unit_ * width_};
+  }
+  std::int64_t scratch_floats() const {
+    const Scratch s = scratch_sizes();
+    return s.panel + s.rows + s.acc + 48;
+  }
+
   // Blocks of unit_ input channels whose accumulators are kept at once: all of them when the reduction
   // comes in chunks, otherwise one, stored before the next is computed.
   std::int64_t acc_units() const { return chunks_ > 1 ? units_ : 1; }
@@ -288,6 +367,154 @@ class PointwiseEngine final : public EngineImpl {
                                 n * ys[0] + (g * p_.Cin_g + c0) * ys[1] + p0, ys[1], uncached_y_);
         }
       }
+    }
+  }
+
+  // Broadcast mode: per group, (input channel, tap) row r = ci * taps_ + tap (kernel order), in tiles of
+  // tile_rows_ rows (the last may be shorter), each tile [co][its rows] fp32, so a kernel call reads its
+  // filter values in order: [g][tile][co][rows of the tile].
+  void pack_filter_rows(const void* filter) {
+    const auto& s = p_.filter_strides;
+    const std::int64_t kw = p_.kernel[2], khw = p_.kernel[1] * kw;
+    // A channel's taps and the input channels after it in one run: widened by a vector kernel.
+    const bool run = s[4] == 1 && s[3] == kw && s[2] == khw && s[1] == taps_ && w_reader_.widens(ks_);
+    w_reader_.visit(filter, [&](auto get) {
+      parallel_for(threads_, p_.G * p_.Cout_g, [&](std::int64_t begin, std::int64_t end) {
+        std::vector<float> values(static_cast<std::size_t>(rows_));
+        for (std::int64_t gco = begin; gco < end; ++gco) {
+          const std::int64_t g = gco / p_.Cout_g, co = gco % p_.Cout_g, at = gco * s[0];
+          if (run) {
+            w_reader_.widen(ks_, filter, at, rows_, values.data());
+          } else {
+            for (std::int64_t r = 0; r < rows_; ++r) {
+              const std::int64_t ci = r / taps_, t = r % taps_;
+              values[static_cast<std::size_t>(r)] =
+                  get(at + ci * s[1] + t / khw * s[2] + t / kw % p_.kernel[1] * s[3] + t % kw * s[4]);
+            }
+          }
+          for (std::int64_t r0 = 0; r0 < rows_; r0 += tile_rows_) {
+            const std::int64_t n = std::min<std::int64_t>(tile_rows_, rows_ - r0);
+            std::memcpy(static_cast<float*>(wpack_.get()) + (g * rows_ + r0) * k_ + co * n,
+                        values.data() + r0, static_cast<std::size_t>(n) * sizeof(float));
+          }
+        }
+      });
+    });
+  }
+
+  // Broadcast mode, one task: a run of tiles of image (n, g). Per tile and chunk of output channels, the
+  // tile's dy is copied into `panel` ([vector][channel][unit_ pixels]), then for each vector of pixels each
+  // tile of rows is reduced against it into its accumulators (`acc`, [row][width_]), continuing the sums of
+  // the chunks before; after the last chunk the rows are stored to y. Each pixel's sum runs over the output
+  // channels in order, so neither the tiling nor the chunking changes a bit.
+  void run_task_broadcast(std::int64_t t, const void* dy, void* y, float* panel, float* rows,
+                          float* acc) const {
+    const std::int64_t run = t % runs_, g = t / runs_ % p_.G, n = t / runs_ / p_.G;
+    const std::int64_t p_end = std::min(pixels_, (run + 1) * run_tiles_ * width_);
+    static constexpr std::int32_t kOneTap = 0;
+    for (std::int64_t p0 = run * run_tiles_ * width_; p0 < p_end; p0 += width_) {
+      const std::int64_t m = std::min(width_, p_end - p0), vectors = ceil_div(m, unit_);
+      for (std::int64_t c = 0; c < chunks_; ++c) {
+        const std::int64_t q0 = c * chunk_, q1 = std::min(k_, q0 + chunk_), nq = q1 - q0;
+        fill_panel_rows(dy, n * p_.dy_strides[0] + g * p_.Cout_g * p_.dy_strides[1] + p0, q0, q1, m, panel,
+                        rows);
+        for (std::int64_t rb = 0; rb < rows_; rb += row_block_)
+          for (std::int64_t v = 0; v < vectors; ++v)
+            for (std::int64_t r0 = rb; r0 < std::min(rows_, rb + row_block_); r0 += tile_rows_) {
+              const std::int64_t nr = std::min<std::int64_t>(tile_rows_, rows_ - r0);
+              StreamArgs a{};
+              a.dycol = panel + v * nq * unit_;
+              a.w = static_cast<const float*>(wpack_.get()) + (g * rows_ + r0) * k_ + q0 * nr;
+              a.w_cs = nr;
+              a.w_rs = 1;
+              a.taps = &kOneTap;
+              a.ntaps = 1;
+              a.nco = nq;
+              a.acc = acc + r0 * width_ + v * unit_;
+              a.acc_rs = width_;
+              a.accumulate = c > 0;
+              ks_.stream[nv_][nr](a);
+            }
+      }
+      store_rows(acc, n, g, p0, m, y);
+    }
+  }
+
+  // Broadcast mode: panel[v][q - q0][i] = dy row q's pixel v * unit_ + i of the tile (fp32, zero past its m
+  // pixels), for output channels [q0, q1) and m pixels from dy element `at`; values other than exact fp32
+  // widened first (with the input rounding) into `rows`.
+  void fill_panel_rows(const void* dy, std::int64_t at, std::int64_t q0, std::int64_t q1, std::int64_t m,
+                       float* panel, float* rows) const {
+    const std::int64_t cs = p_.dy_strides[1], nq = q1 - q0, vectors = ceil_div(m, unit_);
+    const bool in_place = p_.dy_dtype == DType::f32 && dy_reader_.as_stored();
+    const auto* dy_bytes = static_cast<const char*>(dy);
+    for (std::int64_t q = q0; q < q1; ++q) {
+      // Rows lie a plane apart: each is requested a few rows ahead.
+      if (q + kRowsAhead < q1) prefetch_bytes(dy_bytes + (at + (q + kRowsAhead) * cs) * elem_, m * elem_);
+      const float* src;
+      if (in_place) {
+        src = static_cast<const float*>(dy) + at + q * cs;
+      } else {
+        if (dy_reader_.widens(ks_))
+          dy_reader_.widen(ks_, dy, at + q * cs, m, rows);
+        else
+          dy_reader_.visit(dy, [&](auto get) {
+            for (std::int64_t i = 0; i < m; ++i) rows[i] = get(at + q * cs + i);
+          });
+        src = rows;
+      }
+      for (std::int64_t v = 0; v < vectors; ++v) {
+        float* const dst = panel + (v * nq + q - q0) * unit_;
+        const std::int64_t count = std::min(unit_, m - v * unit_);
+        std::memcpy(dst, src + v * unit_, static_cast<std::size_t>(count) * sizeof(float));
+        std::fill(dst + count, dst + unit_, 0.0f);
+      }
+    }
+  }
+
+  // Broadcast mode: the tile's accumulator rows (m pixels of dy from p0 in image n, group g) to y. Row
+  // ci * taps_ + tap holds y's phase (tap) of channel ci: pointwise one run of y's plane; otherwise, per dy
+  // row, y's pixels kernel apart from the tap, W taps 2 interleaved (row tap + 1 holds kw = 1).
+  void store_rows(const float* acc, std::int64_t n, std::int64_t g, std::int64_t p0, std::int64_t m,
+                  void* y) const {
+    const auto& ys = p_.y_strides;
+    const std::int64_t kd = p_.kernel[0], kh = p_.kernel[1], kw = p_.kernel[2];
+    const std::int64_t dw = p_.dy_size[2], dh = p_.dy_size[1];
+    for (std::int64_t ci = 0; ci < p_.Cin_g; ++ci) {
+      const std::int64_t base = n * ys[0] + (g * p_.Cin_g + ci) * ys[1];
+      if (taps_ == 1) {
+        store_run(p_, ks_, acc + ci * width_, 1, y, base + p0, 1, m);
+        continue;
+      }
+      for (std::int64_t td = 0; td < kd; ++td)
+        for (std::int64_t th = 0; th < kh; ++th) {
+          const float* const row = acc + (ci * taps_ + (td * kh + th) * kw) * width_;
+          for (std::int64_t o = p0; o < p0 + m;) {  // runs along one dy row
+            const std::int64_t w = o % dw, len = std::min(p0 + m - o, dw - w);
+            const std::int64_t at =
+                base + (kd * (o / dw / dh) + td) * ys[2] + (kh * (o / dw % dh) + th) * ys[3] + kw * w;
+            if (kw == 1)
+              store_run(p_, ks_, row + (o - p0), 1, y, at, 1, len);
+            else
+              store_interleaved(row + (o - p0), row + width_ + (o - p0), len, y, at);
+            o += len;
+          }
+        }
+    }
+  }
+
+  // y[at + 2 i] = a[i], y[at + 2 i + 1] = b[i] for i < n, in y's dtype.
+  void store_interleaved(const float* a, const float* b, std::int64_t n, void* y, std::int64_t at) const {
+    if (p_.y_dtype == DType::f32) {
+      ks_.interleave_f32(a, b, static_cast<float*>(y) + at, 2 * n);
+      return;
+    }
+    constexpr std::int64_t kPart = 256;
+    alignas(64) float line[2 * kPart];
+    for (std::int64_t i = 0; i < n; i += kPart) {
+      const std::int64_t len = std::min(kPart, n - i);
+      ks_.interleave_f32(a + i, b + i, line, 2 * len);
+      store_run(p_, ks_, line, 1, y, at + 2 * i, 1, 2 * len);
     }
   }
 
@@ -369,11 +596,16 @@ class PointwiseEngine final : public EngineImpl {
   const KernelSet& ks_;
   bool amx_;                               // channel-last tensors, bf16 channel pairs on AMX tiles
   bool pairs_;                             // bf16 channel pairs through vdpbf16ps (or AMX)
+  bool broadcast_;                         // PointwiseBlocking::broadcast
   std::int64_t k_;                         // reduction steps: Cout_g, or channel pairs
   int nv_;                                 // vectors of input channels per kernel call
   std::int64_t unit_;                      // input channels per block: nv_ vectors
   std::int64_t units_;                     // blocks of unit_ input channels per group
-  std::int64_t pixels_;                    // per image: D x H x W, one contiguous row in both tensors
+  std::int64_t taps_;                      // kernel taps (broadcast mode: kernel = stride)
+  std::int64_t rows_;                      // broadcast mode: (input channel, tap) rows per group
+  std::int64_t tile_rows_;                 // broadcast mode: rows per kernel call
+  std::int64_t row_block_;                 // broadcast mode: rows per block of the filter (a multiple)
+  std::int64_t pixels_;                    // dy's per image: D x H x W, one contiguous row
   std::int64_t elem_;                      // bytes per dy element
   std::int64_t width_;                     // pixels per tile
   std::int64_t chunk_, chunks_;            // reduction steps per panel, panels per tile
@@ -407,8 +639,19 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   why_not = fast_engine_refusal(isa, request, pairs);
   if (!why_not.empty()) return nullptr;
   const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
-  if (p.kernel != ones || p.stride != ones || p.pad_front != zeros || p.pad_back != zeros)
-    why_not = "not pointwise (kernel 1x1x1, stride 1, no padding)";
+  const bool unpadded = p.pad_front == zeros && p.pad_back == zeros;
+  const bool pointwise = p.kernel == ones && p.stride == ones && unpadded;
+  // Broadcast mode (AVX2) also takes kernels that give each y pixel one tap: kernel = stride, no padding,
+  // no dilation, y = stride x dy (nothing left over), at most 2 taps along W.
+  const bool broadcast = isa == Isa::avx2;
+  bool one_tap = p.kernel == p.stride && unpadded && p.kernel[2] <= 2;
+  for (int a = 0; a < 3; ++a)
+    one_tap &= (p.kernel[a] == 1 || p.dilation[a] == 1) && p.y_size[a] == p.stride[a] * p.dy_size[a];
+  if (!pointwise && !(broadcast && one_tap))
+    why_not = broadcast
+                  ? "not pointwise (kernel 1x1x1, stride 1, no padding) nor one tap per y pixel (kernel = "
+                    "stride, at most 2 along W, no padding or dilation, y = stride x dy)"
+                  : "not pointwise (kernel 1x1x1, stride 1, no padding)";
   else if (amx && (p.dy_strides[1] != 1 || p.y_strides[1] != 1))
     why_not = "channels are not contiguous (AMX: channel-last tensors)";
   else if (amx &&

@@ -257,6 +257,7 @@ class StreamEngine final : public EngineImpl {
     a.ntaps = static_cast<std::int64_t>(c.taps.size());
     a.nco = nco;
     a.acc = acc;
+    a.acc_rs = width_;
     a.accumulate = accumulate;
     return a;
   }

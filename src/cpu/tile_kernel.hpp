@@ -285,37 +285,52 @@ struct StreamTile {
     static_for<0, R>([&](auto r) __attribute__((always_inline)) {
       static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
         acc[r][v] =
-            a.accumulate ? V::load(reinterpret_cast<const char*>(a.acc + (r * NV + v) * L)) : V::zero();
+            a.accumulate ? V::load(reinterpret_cast<const char*>(a.acc + r * a.acc_rs + v * L)) : V::zero();
       });
     });
     const float* d = a.dycol;
-    for (std::int64_t co = 0; co < a.nco; ++co) {
-      const float* w = a.w + co * a.w_cs;
-      // The next tile's lines (they may lie past the filter).
-      prefetch_lines(reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4),
-                     a.prefetch_bytes);
-      for (std::int64_t i = 0; i < a.ntaps; ++i, d += NV * L) {
+    if (!Masked && a.ntaps == 1 && a.prefetch_bytes == 0) {  // one tap, nothing to prefetch: the short loop
+      const float* w = a.w + a.taps[0];
+      for (std::int64_t co = 0; co < a.nco; ++co, d += NV * L, w += a.w_cs) {
         typename V::R x[NV];
-        typename V::M m[NV];
         static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
           x[v] = V::load(reinterpret_cast<const char*>(d + v * L));
-          if constexpr (Masked) m[v] = V::mask(a.masks[i * NV + v]);
         });
-        const float* wt = w + a.taps[i];
         static_for<0, R>([&](auto r) __attribute__((always_inline)) {
-          const typename V::R b = V::bcast(wt[r * a.w_rs]);
-          static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-            if constexpr (Masked)
-              acc[r][v] = V::masked_fma(x[v], b, acc[r][v], m[v]);
-            else
-              acc[r][v] = V::fma(x[v], b, acc[r][v]);
-          });
+          const typename V::R b = V::bcast(w[r * a.w_rs]);
+          static_for<0, NV>([&](auto v)
+                                __attribute__((always_inline)) { acc[r][v] = V::fma(x[v], b, acc[r][v]); });
         });
+      }
+    } else {
+      for (std::int64_t co = 0; co < a.nco; ++co) {
+        const float* w = a.w + co * a.w_cs;
+        // The next tile's lines (they may lie past the filter).
+        prefetch_lines(reinterpret_cast<std::uintptr_t>(w) + static_cast<std::uintptr_t>(a.prefetch * 4),
+                       a.prefetch_bytes);
+        for (std::int64_t i = 0; i < a.ntaps; ++i, d += NV * L) {
+          typename V::R x[NV];
+          typename V::M m[NV];
+          static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+            x[v] = V::load(reinterpret_cast<const char*>(d + v * L));
+            if constexpr (Masked) m[v] = V::mask(a.masks[i * NV + v]);
+          });
+          const float* wt = w + a.taps[i];
+          static_for<0, R>([&](auto r) __attribute__((always_inline)) {
+            const typename V::R b = V::bcast(wt[r * a.w_rs]);
+            static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
+              if constexpr (Masked)
+                acc[r][v] = V::masked_fma(x[v], b, acc[r][v], m[v]);
+              else
+                acc[r][v] = V::fma(x[v], b, acc[r][v]);
+            });
+          });
+        }
       }
     }
     static_for<0, R>([&](auto r) __attribute__((always_inline)) {
       static_for<0, NV>([&](auto v) __attribute__((always_inline)) {
-        V::store(a.acc + (r * NV + v) * L, acc[r][v]);
+        V::store(a.acc + r * a.acc_rs + v * L, acc[r][v]);
       });
     });
   }
