@@ -886,18 +886,20 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
       const std::vector<std::string> declined(plan.declined().begin() + 2, plan.declined().end());
       EXPECT_EQ(plan.declined()[0].rfind("pointwise_amx_bf16: ", 0), 0u) << plan.declined()[0];
       EXPECT_EQ(plan.declined()[1].rfind("gemm_amx_bf16: ", 0), 0u) << plan.declined()[1];
-      EXPECT_EQ(declined,
-                (std::vector<std::string>{
-                    "stream_avx512: needs avx512, requested avx2",
-                    "pixel_avx512_bf16: needs avx512_bf16, requested avx2",
-                    "pixel_avx512: needs avx512, requested avx2",
-                    "pointwise_avx512_bf16: needs avx512_bf16, requested avx2",
-                    "pointwise_avx512: needs avx512, requested avx2",
-                    "gemm_avx512_bf16: needs avx512_bf16, requested avx2",
-                    "gemm_avx512: needs avx512, requested avx2",
-                    "stream_avx2: the filter has 2160 elements, fewer than 2^20: packing it costs little",
-                    "pixel_avx2: Cin/groups is 20, more than 8",
-                    "pointwise_avx2: not pointwise (kernel 1x1x1, stride 1, no padding)"}));
+      EXPECT_EQ(
+          declined,
+          (std::vector<std::string>{
+              "stream_avx512: needs avx512, requested avx2",
+              "pixel_avx512_bf16: needs avx512_bf16, requested avx2",
+              "pixel_avx512: needs avx512, requested avx2",
+              "pointwise_avx512_bf16: needs avx512_bf16, requested avx2",
+              "pointwise_avx512: needs avx512, requested avx2",
+              "gemm_avx512_bf16: needs avx512_bf16, requested avx2",
+              "gemm_avx512: needs avx512, requested avx2",
+              "stream_avx2: the filter has 2160 elements, fewer than 2^20: packing it costs little",
+              "pixel_avx2: Cin/groups is 20, more than 8",
+              "pointwise_avx2: not pointwise (kernel 1x1x1, stride 1, no padding) nor one tap per y pixel "
+              "(kernel = stride, at most 2 along W, no padding or dilation, y = stride x dy)"}));
     }
   }
   // fp32 inputs: the bf16 engine declines and says why.
@@ -1208,8 +1210,8 @@ Case pointwise_case(DType dtype, Layout format, std::int64_t cin, std::int64_t c
 // does a CPU with a 16 KiB L2, whose blocking cuts the reduction into chunks of about 16 steps (an odd
 // Cout's zero row in the last) and (AVX-512) stores a larger fp32 y past the caches; N = 0 plans and runs as
 // an empty success. AVX2 broadcasts the filter instead (PointwiseBlocking::broadcast): rows of 6 input
-// channels (full and partial), 16-pixel vectors (full and partial), and with the small L2 chunks of 64
-// output channels and blocks of 30 to 126 rows.
+// channels (full and partial), calls of 16 pixels (full and partial), and with the small L2 chunks of up
+// to 64 output channels and blocks of rows.
 class CpuPointwise : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -1224,7 +1226,65 @@ class CpuPointwise : public ::testing::TestWithParam<Isa> {
   Case pointwise(std::int64_t cin, std::int64_t cout, std::array<std::int64_t, 3> in) const {
     return pointwise_case(pairs() ? DType::bf16 : DType::f32, Layout::NCDHW, cin, cout, in);
   }
+  // Runs the engine on inst and checks y: against the reference (exactly where `exact`), nothing written
+  // outside y's view, the same bits with 1 and 3 threads and with a 16 KiB L2, whose blocking goes to
+  // *small_blocking.
+  static void check_runs(const Problem& p, Instance& inst, bool exact, const std::string& name,
+                         cpu::PointwiseBlocking* small_blocking) {
+    const Isa isa = GetParam();
+    run_pointwise(p, inst, isa);
+    ASSERT_TRUE(matches_reference(p, inst)) << name;
+    if (exact) {
+      ASSERT_TRUE(exactly_reference(p, inst)) << name;
+    }
+    ASSERT_TRUE(padding_intact(inst.y)) << name;
+    Tensor first = inst.y;
+    for (int threads : {1, 3}) {
+      fill_canary(inst.y);
+      run_pointwise(p, inst, isa, threads);
+      EXPECT_TRUE(same_bits(first, inst.y)) << name << ", " << threads << " threads";
+    }
+    const CpuModel small = small_l2();
+    *small_blocking = cpu::pointwise_blocking(p, small, 2, isa);
+    fill_canary(inst.y);
+    run_pointwise(p, inst, isa, 2, small);
+    EXPECT_TRUE(same_bits(first, inst.y)) << name << ", in chunks of " << small_blocking->chunk;
+  }
 };
+
+// A channel-first tensor relaid with `channel_gap` elements after each channel's planes and `image_gap`
+// after each image (the planes stay contiguous), the same values; the gaps hold the canary.
+Tensor channels_apart(const Tensor& dense, std::int64_t channel_gap, std::int64_t image_gap) {
+  const auto& sh = dense.view.shape;  // N, C, D, H, W
+  Tensor apart;
+  apart.view = dense.view;
+  auto& st = apart.view.strides;
+  st = {0, sh[2] * sh[3] * sh[4] + channel_gap, sh[3] * sh[4], sh[4], 1};
+  st[0] = sh[1] * st[1] + image_gap;
+  const std::size_t size = dtype_size(dense.view.dtype);
+  apart.bytes.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, sh[0]) * st[0]) * size);
+  fill_canary(apart);
+  apart.view.data = apart.bytes.data();
+  const auto& ds = dense.view.strides;
+  const auto* from = static_cast<const unsigned char*>(dense.view.data);
+  const auto bytes = static_cast<std::int64_t>(size);
+  for (std::int64_t n = 0; n < sh[0]; ++n)
+    for (std::int64_t c = 0; c < sh[1]; ++c)
+      for (std::int64_t d = 0; d < sh[2]; ++d)
+        for (std::int64_t h = 0; h < sh[3]; ++h)
+          for (std::int64_t w = 0; w < sh[4]; ++w)
+            std::memcpy(apart.bytes.data() + (n * st[0] + c * st[1] + d * st[2] + h * st[3] + w) * bytes,
+                        from + (n * ds[0] + c * ds[1] + d * ds[2] + h * ds[3] + w * ds[4]) * bytes, size);
+  return apart;
+}
+
+// The instance's dy and y relaid with channel and image gaps (channels_apart); the spec views them.
+void relay_channels_apart(Instance& inst) {
+  inst.dy = channels_apart(inst.dy, 3, 7);
+  inst.y = channels_apart(inst.y, 5, 11);
+  inst.spec.out_backprop = inst.dy.view;
+  inst.spec.y = inst.y.view;
+}
 
 TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
   std::mt19937_64 rng(131);
@@ -1251,9 +1311,11 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
         // aclnn's fp16 compute: fp32 or bf16 inputs rounded to fp16 first (not transposed straight from dy).
         const bool fp16_rounding =
             !pairs() && !c.hf32 && (c.dtype == DType::f32 || c.dtype == DType::bf16) && k % 4 == 2;
+        const bool gaps = k % 7 == 3;
         ++k;
         for (Fill fill : {Fill::small_integers, Fill::random}) {
           Instance inst = instantiate(c, rng, fill);
+          if (gaps) relay_channels_apart(inst);
           if (fp16_rounding) {
             inst.spec.input_rounding = InputRounding::fp16;
             // Pixel 0 of every dy plane not exact in fp16 (bf16: 1.0078125 x 2^-20, an fp16 subnormal that
@@ -1267,27 +1329,14 @@ TEST_P(CpuPointwise, MatchesReferenceAtTileAndBlockEdges) {
             }
           }
           const Problem p = validate(inst.spec);
-          run_pointwise(p, inst, GetParam());
-          ASSERT_TRUE(matches_reference(p, inst)) << c.name() << (fp16_rounding ? " fp16-rounding" : "");
-          if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
-            ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
-          }
-          ASSERT_TRUE(padding_intact(inst.y)) << c.name();
-          Tensor first = inst.y;
-          for (int threads : {1, 3}) {
-            fill_canary(inst.y);
-            run_pointwise(p, inst, GetParam(), threads);
-            EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
-          }
-          const CpuModel small = small_l2();
+          cpu::PointwiseBlocking b;
+          ASSERT_NO_FATAL_FAILURE(check_runs(
+              p, inst, fill == Fill::small_integers && c.y_dtype == DType::f32,
+              c.name() + (fp16_rounding ? " fp16-rounding" : "") + (gaps ? " channels apart" : ""), &b));
           const std::int64_t steps = pairs() ? (p.Cout_g + 1) / 2 : p.Cout_g;
-          const cpu::PointwiseBlocking b = cpu::pointwise_blocking(p, small, 2, GetParam());
           chunked += b.chunk < steps;
           uncached += b.uncached_y;
           row_blocked += b.broadcast && b.row_block < p.Cin_g;
-          fill_canary(inst.y);
-          run_pointwise(p, inst, GetParam(), 2, small);
-          EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", in chunks of " << b.chunk;
         }
       }
   // fp32 y over 32 KiB (2 threads' L2 twice): 28 runs, non-temporal stores of AVX-512 only.
@@ -1359,7 +1408,7 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
 // AVX2's broadcast mode also takes kernels that give each y pixel one tap (kernel = stride, no padding or
 // dilation, y = stride x dy, at most 2 taps along W): (input channel, tap) rows, each stored to its phase
 // of y, the two W taps interleaved. Kernels of 1 to 3 taps along D and H, 1 or 2 along W; dy rows of 1 to
-// 20 pixels (16-pixel vectors across rows, partial ones), every dtype and filter layout, groups, y in the
+// 20 pixels (calls of 16 pixels across rows, partial ones), every dtype and filter layout, groups, y in the
 // input type or fp32; exact on small integers; 1, 2 and 3 threads and a 16 KiB L2 (chunks, row blocks)
 // give the same bits. Plan takes it for such a problem, and the cases it cannot take are declined.
 TEST_P(CpuPointwise, OneTapPerPixelKernels) {
@@ -1373,41 +1422,31 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
   for (const auto& kernel : kernels)
     for (std::int64_t cin : {3, 9, 40})
       for (std::int64_t cout : {1, 5, 70}) {
-        Case c = with_dtype(Case{}, kAllDtypes[k % 5]);
+        // Case k: dy sizes in turn, each with every dtype over the cases; filter layouts each with every
+        // Cout; N 1 and 2 each with both y types.
+        Case c = with_dtype(Case{}, kAllDtypes[k / 5 % 5]);
         c.data_format = Layout::NCDHW;
-        c.filter_format = kFilterFormats[k % 3];
+        c.filter_format = kFilterFormats[k / 4 % 3];
         c.kernel = kernel;
         c.stride = kernel;
         const auto& dy = dys[static_cast<std::size_t>(k % 5)];
         for (int a = 0; a < 3; ++a) c.in[a] = dy[a] * kernel[a];
-        c.N = 1 + k % 2;
+        c.N = 1 + k / 3 % 2;
         c.groups = k % 4 == 1 ? 2 : 1;
         c.Cin = cin * c.groups;
         c.Cout = cout * c.groups;
         c.y_dtype = k % 2 == 0 ? DType::f32 : c.dtype;
+        const bool gaps = k % 7 == 3;
         ++k;
         for (Fill fill : {Fill::small_integers, Fill::random}) {
           Instance inst = instantiate(c, rng, fill);
+          if (gaps) relay_channels_apart(inst);
           const Problem p = validate(inst.spec);
-          run_pointwise(p, inst, Isa::avx2);
-          ASSERT_TRUE(matches_reference(p, inst)) << c.name();
-          if (fill == Fill::small_integers && c.y_dtype == DType::f32) {
-            ASSERT_TRUE(exactly_reference(p, inst)) << c.name();
-          }
-          ASSERT_TRUE(padding_intact(inst.y)) << c.name();
-          Tensor first = inst.y;
-          for (int threads : {1, 3}) {
-            fill_canary(inst.y);
-            run_pointwise(p, inst, Isa::avx2, threads);
-            EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", " << threads << " threads";
-          }
-          const CpuModel small = small_l2();
-          const cpu::PointwiseBlocking b = cpu::pointwise_blocking(p, small, 2, Isa::avx2);
+          cpu::PointwiseBlocking b;
+          ASSERT_NO_FATAL_FAILURE(check_runs(p, inst, fill == Fill::small_integers && c.y_dtype == DType::f32,
+                                             c.name() + (gaps ? " channels apart" : ""), &b));
           chunked += b.chunk < p.Cout_g;
           row_blocked += b.row_block < p.Cin_g * kernel[0] * kernel[1] * kernel[2];
-          fill_canary(inst.y);
-          run_pointwise(p, inst, Isa::avx2, 2, small);
-          EXPECT_TRUE(same_bits(first, inst.y)) << c.name() << ", in chunks of " << b.chunk;
         }
       }
   EXPECT_GE(chunked, 20) << row_blocked;  // Cout 70
@@ -1436,6 +1475,34 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
     auto engine = cpu::make_pointwise(named_request(p, 2, Isa::avx2), Isa::avx2, why);
     EXPECT_FALSE(engine) << c.name();
     EXPECT_NE(why.find("one tap per y pixel"), std::string::npos) << c.name() << ": " << why;
+  }
+}
+
+// Infinities and a NaN in dy and the filter match the reference: fp32 (the pairs engine: bf16) over 1 x 2 x 5
+// pixels (a call of 16 on AVX2, of which the 6 past the tile's pixels sum 0 x inf but are never stored),
+// pointwise and, on AVX2, k2 s2.
+TEST_P(CpuPointwise, NonFiniteInputsMatchReference) {
+  std::mt19937_64 rng(143);
+  std::vector<std::array<std::int64_t, 3>> kernels = {{1, 1, 1}};
+  if (GetParam() == Isa::avx2) kernels.push_back({2, 2, 2});
+  for (const auto& kernel : kernels) {
+    Case c = pointwise(7, 9, {1, 2, 5});
+    c.kernel = c.stride = kernel;
+    for (int a = 0; a < 3; ++a) c.in[a] *= kernel[a];
+    Instance inst = instantiate(c, rng, Fill::small_integers);
+    const double inf = std::numeric_limits<double>::infinity();
+    const auto put = [](Tensor& t, const std::array<std::int64_t, 5>& at, double v) {
+      std::int64_t i = 0;
+      for (int d = 0; d < 5; ++d) i += at[d] * t.view.strides[d];
+      numeric::store_f32(t.view.dtype, t.view.data, i, static_cast<float>(v), OverflowMode::ieee);
+    };
+    put(inst.dy, {0, 2, 0, 0, 3}, inf);
+    put(inst.dy, {0, 5, 0, 1, 4}, std::numeric_limits<double>::quiet_NaN());
+    put(inst.dy, {0, 8, 0, 1, 0}, -inf);
+    put(inst.filter, {1, 6, 0, 0, 0}, inf);
+    const Problem p = validate(inst.spec);
+    run_pointwise(p, inst, GetParam());
+    EXPECT_TRUE(matches_reference(p, inst)) << c.name();
   }
 }
 

@@ -57,13 +57,15 @@ inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels
 // neither dy nor y is transposed. Per tile of up to kBroadcastWidth pixels and chunk of output channels,
 // dy's rows are copied into a panel of [vector][channel][pixels] (within a quarter of L2; one vector's part
 // stays in L1 across a block's rows); the chunk's filter is reduced against it a block of rows at a time
-// (within half of L2, reused over the tile's vectors); the accumulators of all rows (within half of L2) are
-// carried from chunk to chunk. A kernel k = stride (no padding) makes each y pixel one tap's: the same
-// product over dy's pixels with (input channel, tap) rows, each row stored to its phase of y (W taps 2:
-// interleaved). Zen 3, 2 threads, NCDHW, medians of 15 paired calls against the transposing tiles (pointwise)
-// or the GEMM engine (k = stride), Cout -> Cin: i (2730 -> 256 over 4 x 16 x 16) 0.91x the time, 1024 ->
-// 1024 over 4 x 16 x 16 0.95x, 512 -> 64 over 8 x 32 x 32 0.95x, 256 -> 256 over 16 x 32 x 32 0.95x, 64 ->
-// 512 over 2 x 8 x 32 x 32 0.94x, 32 -> 32 over 16 x 64 x 64 0.92x, 2048 -> 512 over 8 x 8 0.98x, but 2048
+// (within half of L2, reused over the tile's vectors); the accumulators of all rows (within half of L2
+// unless one call's 16 pixels exceed it) are carried from chunk to chunk. Only the lanes past a tile's
+// pixels (zero in the panel) can sum a 0 x inf, and they are never stored. A kernel k = stride (no padding)
+// makes each y pixel one tap's: the same product over dy's pixels with (input channel, tap) rows, each row
+// stored to its phase of y (W taps 2: interleaved). Zen 3, 2 threads, NCDHW, medians of 15 paired calls
+// against the transposing tiles (pointwise) or the GEMM engine (k = stride), Cout -> Cin: i (2730 -> 256 over
+// 4 x 16 x 16) 0.91x the time, 1024 -> 1024 over 4 x 16 x 16 0.95x, 512 -> 64 over 8 x 32 x 32 0.95x, 256 ->
+// 256 over 16 x 32 x 32 0.95x, 64 -> 512 over 2 x 8 x 32 x 32 0.94x, 32 -> 32 over 16 x 64 x 64 0.92x, 2048
+// -> 512 over 8 x 8 0.98x, but 2048
 // -> 128 over 2 x 8 x 8 1.07x (0.51 ms); k2 s2: unet_up (128 -> 64 onto 16 x 64 x 64) 0.79x, 256 -> 128 onto
 // 16 x 32 x 32 0.76x, 64 -> 32 onto 2 x 16 x 64 x 64 0.72x, 512 -> 256 onto 8 x 16 x 16 0.85x. bf16 (widened
 // as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x. Not measured with
@@ -196,7 +198,7 @@ class PointwiseEngine final : public EngineImpl {
   std::string name() const override { return name_; }
   std::string config() const override {
     if (broadcast_)
-      return "filter broadcast over " + std::to_string(unit_) + "-pixel vectors, " +
+      return "filter broadcast over " + std::to_string(unit_) + " pixels per call, " +
              std::to_string(tile_rows_) + " (input channel, tap) rows per call, tiles of up to " +
              std::to_string(width_) + " pixels, reduction in " + std::to_string(chunks_) +
              (chunks_ > 1 ? " chunks of " : " chunk of ") + std::to_string(chunk_) + " channels";
@@ -376,8 +378,10 @@ class PointwiseEngine final : public EngineImpl {
   void pack_filter_rows(const void* filter) {
     const auto& s = p_.filter_strides;
     const std::int64_t kw = p_.kernel[2], khw = p_.kernel[1] * kw;
-    // A channel's taps and the input channels after it in one run: widened by a vector kernel.
-    const bool run = s[4] == 1 && s[3] == kw && s[2] == khw && s[1] == taps_ && w_reader_.widens(ks_);
+    // An output channel's rows in one run (input channels contiguous, each with its taps contiguous):
+    // widened by a vector kernel.
+    const bool run = (taps_ == 1 ? s[1] == 1 : s[4] == 1 && s[3] == kw && s[2] == khw && s[1] == taps_) &&
+                     w_reader_.widens(ks_);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * p_.Cout_g, [&](std::int64_t begin, std::int64_t end) {
         std::vector<float> values(static_cast<std::size_t>(rows_));
@@ -449,7 +453,8 @@ class PointwiseEngine final : public EngineImpl {
     const bool in_place = p_.dy_dtype == DType::f32 && dy_reader_.as_stored();
     const auto* dy_bytes = static_cast<const char*>(dy);
     for (std::int64_t q = q0; q < q1; ++q) {
-      // Rows lie a plane apart: each is requested a few rows ahead.
+      // Rows lie a plane apart: each is requested a few rows ahead. (Requesting the first rows before the
+      // loop too measured 1.03-1.05x the time on Zen 3.)
       if (q + kRowsAhead < q1) prefetch_bytes(dy_bytes + (at + (q + kRowsAhead) * cs) * elem_, m * elem_);
       const float* src;
       if (in_place) {
@@ -598,9 +603,9 @@ class PointwiseEngine final : public EngineImpl {
   bool pairs_;                             // bf16 channel pairs through vdpbf16ps (or AMX)
   bool broadcast_;                         // PointwiseBlocking::broadcast
   std::int64_t k_;                         // reduction steps: Cout_g, or channel pairs
-  int nv_;                                 // vectors of input channels per kernel call
-  std::int64_t unit_;                      // input channels per block: nv_ vectors
-  std::int64_t units_;                     // blocks of unit_ input channels per group
+  int nv_;                                 // vectors of input channels (broadcast mode: pixels) per call
+  std::int64_t unit_;                      // input channels per block (broadcast: pixels per call)
+  std::int64_t units_;                     // blocks of unit_ input channels per group (not broadcast)
   std::int64_t taps_;                      // kernel taps (broadcast mode: kernel = stride)
   std::int64_t rows_;                      // broadcast mode: (input channel, tap) rows per group
   std::int64_t tile_rows_;                 // broadcast mode: rows per kernel call
@@ -609,7 +614,7 @@ class PointwiseEngine final : public EngineImpl {
   std::int64_t elem_;                      // bytes per dy element
   std::int64_t width_;                     // pixels per tile
   std::int64_t chunk_, chunks_;            // reduction steps per panel, panels per tile
-  std::int64_t kp_;                        // 4-byte units per pixel of the panel: a chunk and padding
+  std::int64_t kp_;                        // 4-byte units per pixel of the panel (not broadcast)
   bool uncached_y_;                        // PointwiseBlocking::uncached_y
   std::int64_t run_tiles_ = 1, runs_ = 1;  // tiles per task, tasks per image
   AlignedPtr wpack_;

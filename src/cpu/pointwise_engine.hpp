@@ -41,7 +41,8 @@ PointwiseBlocking pointwise_blocking(const Problem&, const CpuModel&, int thread
 // isa Isa::amx_bf16: channel-last dy and y, inputs exact in bf16 (bf16, HiFloat8, FP8 E4M3FN), a group's
 // packed filter within 3/4 of L2; Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter
 // exact in bf16); both decline otherwise. Isa::avx512 and Isa::avx2: any dtype and input rounding, widened
-// exactly to fp32 (dy tile by tile, as it is copied), fp32 FMAs on that ISA's tile kernels; Isa::avx2 also
+// exactly to fp32 (dy tile by tile, as it is copied), fp32 FMAs on that ISA's tile kernels (AVX2: the
+// filter-streaming ones); Isa::avx2 also
 // kernel = stride with no padding or dilation, y = stride x dy and at most 2 taps along W.
 std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest&, Isa isa, std::string& why_not);
 

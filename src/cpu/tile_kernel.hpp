@@ -274,8 +274,8 @@ void fill_tiles(TileFn (&table)[kMaxNv + 1][kMaxM + 1]) {
 }
 
 // R rows x NV vectors of pixels of one filter-streaming tile (StreamArgs). Each filter value is broadcast
-// once and multiplies NV pixel vectors; the unmasked form relies on dycol's zeros (the engine re-runs a row
-// with the masked form when its sums are not all finite, which a 0 x inf or 0 x NaN would make them).
+// once and multiplies NV pixel vectors; the unmasked form relies on dycol's zeros (the stream engine re-runs
+// a row with the masked form when its sums are not all finite, which a 0 x inf or 0 x NaN would make them).
 // V::masked_fma leaves the lanes outside V::mask(bits) as they were.
 template <class V, int R, int NV, bool Masked>
 struct StreamTile {
