@@ -232,8 +232,10 @@ Timing time_runs(const std::function<void()>& run, const Config& c) {
   using clock = std::chrono::steady_clock;
   // A pause first, so the threads of the route before (libgomp's, conv3d-dx's) stop spinning on the cores
   // this one is about to use. AMD EPYC Zen 3, 2 threads, fp32 NCDHW a: conv3d-dx 29.8-33.4 ms (medians of 7
-  // runs) without it, 26.9-27.1 with it (its own CLI bench: 27-28); oneDNN's routes within noise.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // runs) without it, 26.9-27.1 with 100 ms (its own CLI bench: 27-28); oneDNN's routes within noise. After
+  // oneDNN's reference route (seconds per call) 100 ms was not enough: NDHWC vae after a's routes 99-113 ms,
+  // with 1 s 78 (the CLI bench 78.7, and 78.4 with OMP_WAIT_POLICY=passive, which slowed oneDNN instead).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   double total = 0;  // warmup runs stop early too once they pass the time limit
   for (int i = 0; i < c.warmup && total < c.max_seconds * 1e3; ++i) {
     const auto t0 = clock::now();
