@@ -898,8 +898,9 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
               "gemm_avx512: needs avx512, requested avx2",
               "stream_avx2: the filter has 2160 elements, fewer than 2^20: packing it costs little",
               "pixel_avx2: Cin/groups is 20, more than 8",
-              "pointwise_avx2: not pointwise (kernel 1x1x1, stride 1, no padding) nor one tap per y pixel "
-              "(kernel = stride, at most 2 along W, no padding or dilation, y = stride x dy)"}));
+              "pointwise_avx2: not pointwise (kernel 1x1x1, stride 1, no padding) nor at most one tap per y "
+              "pixel (kernel <= stride, stride at most 2 along W, no padding or dilation, y = stride x "
+              "dy)"}));
     }
   }
   // fp32 inputs: the bf16 engine declines and says why.
@@ -1405,21 +1406,27 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
   }
 }
 
-// AVX2's broadcast mode also takes kernels that give each y pixel one tap (kernel = stride, no padding or
-// dilation, y = stride x dy, at most 2 taps along W): (input channel, tap) rows, each stored to its phase
-// of y, the two W taps interleaved. Kernels of 1 to 3 taps along D and H, 1 or 2 along W; dy rows of 1 to
-// 20 pixels (calls of 16 pixels across rows, partial ones), every dtype and filter layout, groups, y in the
-// input type or fp32; exact on small integers; 1, 2 and 3 threads and a 16 KiB L2 (chunks, row blocks)
-// give the same bits. Plan takes it for such a problem, and the cases it cannot take are declined.
+// AVX2's broadcast mode also takes kernels that give each y pixel at most one tap (kernel <= stride, no
+// padding or dilation, y = stride x dy, stride at most 2 along W): (input channel, tap) rows, each stored
+// to its phase of y, the two W taps interleaved, the phases past the kernel zero. Kernels of 1 to 3 taps
+// along D and H, 1 or 2 along W, equal to the stride or smaller (1 x 1 x 1 at stride 2 among them); dy rows
+// of 1 to 20 pixels (calls of 16 pixels across rows, partial ones), every dtype and filter layout, groups,
+// y in the input type or fp32, dy and y channels apart; exact on small integers; 1, 2 and 3 threads and a
+// 16 KiB L2 (chunks, row blocks) give the same bits. Plan takes it for such a problem, and the cases it
+// cannot take are declined.
 TEST_P(CpuPointwise, OneTapPerPixelKernels) {
   if (GetParam() != Isa::avx2) GTEST_SKIP() << "the broadcast mode is AVX2's";
   std::mt19937_64 rng(141);
-  const std::vector<std::array<std::int64_t, 3>> kernels = {{2, 2, 2}, {1, 2, 2}, {2, 2, 1},
-                                                            {3, 1, 2}, {1, 1, 2}, {2, 3, 1}};
+  using Axes = std::array<std::int64_t, 3>;
+  const std::vector<std::pair<Axes, Axes>> kernels = {
+      // (kernel, stride)
+      {{2, 2, 2}, {2, 2, 2}}, {{1, 2, 2}, {1, 2, 2}}, {{2, 2, 1}, {2, 2, 1}}, {{3, 1, 2}, {3, 1, 2}},
+      {{1, 1, 2}, {1, 1, 2}}, {{2, 3, 1}, {2, 3, 1}}, {{1, 1, 1}, {2, 2, 2}}, {{1, 2, 1}, {2, 2, 2}},
+      {{2, 1, 2}, {3, 2, 2}}, {{1, 1, 1}, {1, 1, 2}}};
   const std::vector<std::array<std::int64_t, 3>> dys = {
       {1, 1, 20}, {2, 3, 1}, {1, 2, 17}, {2, 2, 8}, {1, 3, 5}};
   int k = 0, chunked = 0, row_blocked = 0;
-  for (const auto& kernel : kernels)
+  for (const auto& [kernel, stride] : kernels)
     for (std::int64_t cin : {3, 9, 40})
       for (std::int64_t cout : {1, 5, 70}) {
         // Case k: dy sizes in turn, each with every dtype over the cases; filter layouts each with every
@@ -1428,9 +1435,9 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
         c.data_format = Layout::NCDHW;
         c.filter_format = kFilterFormats[k / 4 % 3];
         c.kernel = kernel;
-        c.stride = kernel;
+        c.stride = stride;
         const auto& dy = dys[static_cast<std::size_t>(k % 5)];
-        for (int a = 0; a < 3; ++a) c.in[a] = dy[a] * kernel[a];
+        for (int a = 0; a < 3; ++a) c.in[a] = dy[a] * stride[a];
         c.N = 1 + k / 3 % 2;
         c.groups = k % 4 == 1 ? 2 : 1;
         c.Cin = cin * c.groups;
@@ -1454,11 +1461,13 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
 
   Case ok = pointwise(24, 5, {4, 6, 8});
   ok.kernel = ok.stride = {2, 2, 2};
-  {
-    Instance inst = instantiate(ok, rng, Fill::random);
+  Case k1s2 = ok;
+  k1s2.kernel = {1, 1, 1};
+  for (const Case& c : {ok, k1s2}) {
+    Instance inst = instantiate(c, rng, Fill::random);
     Options o;
     o.isa = Isa::avx2;
-    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(), "pointwise_avx2");
+    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(), "pointwise_avx2") << c.name();
   }
   Case wide = ok, padded = ok, dilated = ok, left_over = ok, overlapping = ok;
   wide.kernel = wide.stride = {1, 1, 3};

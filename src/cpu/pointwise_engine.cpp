@@ -59,17 +59,18 @@ inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels
 // stays in L1 across a block's rows); the chunk's filter is reduced against it a block of rows at a time
 // (within half of L2, reused over the tile's vectors); the accumulators of all rows (within half of L2
 // unless one call's 16 pixels exceed it) are carried from chunk to chunk. Only the lanes past a tile's
-// pixels (zero in the panel) can sum a 0 x inf, and they are never stored. A kernel k = stride (no padding)
-// makes each y pixel one tap's: the same product over dy's pixels with (input channel, tap) rows, each row
-// stored to its phase of y (W taps 2: interleaved). Zen 3, 2 threads, NCDHW, medians of 15 paired calls
-// against the transposing tiles (pointwise) or the GEMM engine (k = stride), Cout -> Cin: i (2730 -> 256 over
-// 4 x 16 x 16) 0.91x the time, 1024 -> 1024 over 4 x 16 x 16 0.95x, 512 -> 64 over 8 x 32 x 32 0.95x, 256 ->
-// 256 over 16 x 32 x 32 0.95x, 64 -> 512 over 2 x 8 x 32 x 32 0.94x, 32 -> 32 over 16 x 64 x 64 0.92x, 2048
-// -> 512 over 8 x 8 0.98x, but 2048
-// -> 128 over 2 x 8 x 8 1.07x (0.51 ms); k2 s2: unet_up (128 -> 64 onto 16 x 64 x 64) 0.79x, 256 -> 128 onto
-// 16 x 32 x 32 0.76x, 64 -> 32 onto 2 x 16 x 64 x 64 0.72x, 512 -> 256 onto 8 x 16 x 16 0.85x. bf16 (widened
-// as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x. Not measured with
-// AVX-512, whose pointwise tiles keep the transposes.
+// pixels (zero in the panel) can sum a 0 x inf, and they are never stored. A kernel k <= stride (no
+// padding) gives each y pixel at most one tap: the same product over dy's pixels with (input channel, tap)
+// rows, each row stored to its phase of y (W taps 2: interleaved), the phases past the kernel zero. Zen 3,
+// 2 threads, NCDHW, medians of 15 paired calls against the transposing tiles (pointwise) or the GEMM engine
+// (k <= stride), Cout -> Cin: i (2730 -> 256 over 4 x 16 x 16) 0.91x the time, 1024 -> 1024 over 4 x 16 x 16
+// 0.95x, 512 -> 64 over 8 x 32 x 32 0.95x, 256 -> 256 over 16 x 32 x 32 0.95x, 64 -> 512 over 2 x 8 x 32 x 32
+// 0.94x, 32 -> 32 over 16 x 64 x 64 0.92x, 2048 -> 512 over 8 x 8 0.98x, but 2048 -> 128 over 2 x 8 x 8 1.07x
+// (0.51 ms); k2 s2: unet_up (128 -> 64 onto 16 x 64 x 64) 0.79x, 256 -> 128 onto 16 x 32 x 32 0.76x, 64 -> 32
+// onto 2 x 16 x 64 x 64 0.72x, 512 -> 256 onto 8 x 16 x 16 0.85x; k1 s2 (21 calls): k1s2 (256 -> 128 onto 2 x
+// 8 x 32 x 32) 0.95x, 128 -> 64 onto 2 x 16 x 32 x 32 0.84x, 256 -> 128 onto 16 x 64 x 64 0.80x. bf16
+// (widened as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x. Not
+// measured with AVX-512, whose pointwise tiles keep the transposes.
 constexpr int kBroadcastNv = 2;
 constexpr std::int64_t kBroadcastWidth = 64;
 
@@ -184,6 +185,7 @@ class PointwiseEngine final : public EngineImpl {
                                            : saturating_mul(saturating_mul(p.G * units_, k_), unit_ * 4);
     check_memory(request, name(), {packed, 0, saturating_mul(scratch_floats(), 4)});
     wpack_ = alloc_zeroed64(static_cast<std::size_t>(packed), "the packed filter");
+    if (broadcast_) zeros_.assign(static_cast<std::size_t>(2 * width_), 0.0f);
     // Each image's pixels are cut into runs of whole tiles, enough of them to share out. A pixel's sum does
     // not depend on which tile holds it (the exact kernels a tile's tiny value calls for give vdpbf16ps's
     // bits where it flushes nothing; AMX tiles are of a fixed width), so neither does the result. (N = 0 or
@@ -479,29 +481,36 @@ class PointwiseEngine final : public EngineImpl {
 
   // Broadcast mode: the tile's accumulator rows (m pixels of dy from p0 in image n, group g) to y. Row
   // ci * taps_ + tap holds y's phase (tap) of channel ci: pointwise one run of y's plane; otherwise, per dy
-  // row, y's pixels kernel apart from the tap, W taps 2 interleaved (row tap + 1 holds kw = 1).
+  // row, the y rows of its stride x stride pixels (D, H), each with y's pixels stride apart from the tap,
+  // W taps 2 interleaved (row tap + 1 holds kw = 1); y pixels no tap reaches (a phase past the kernel) are
+  // zero.
   void store_rows(const float* acc, std::int64_t n, std::int64_t g, std::int64_t p0, std::int64_t m,
                   void* y) const {
     const auto& ys = p_.y_strides;
     const std::int64_t kd = p_.kernel[0], kh = p_.kernel[1], kw = p_.kernel[2];
+    const std::int64_t sd = p_.stride[0], sh = p_.stride[1], sw = p_.stride[2];
     const std::int64_t dw = p_.dy_size[2], dh = p_.dy_size[1];
+    const float* const zeros = zeros_.data();
     for (std::int64_t ci = 0; ci < p_.Cin_g; ++ci) {
       const std::int64_t base = n * ys[0] + (g * p_.Cin_g + ci) * ys[1];
-      if (taps_ == 1) {
+      if (sd * sh * sw == 1) {  // pointwise
         store_run(p_, ks_, acc + ci * width_, 1, y, base + p0, 1, m);
         continue;
       }
-      for (std::int64_t td = 0; td < kd; ++td)
-        for (std::int64_t th = 0; th < kh; ++th) {
+      for (std::int64_t td = 0; td < sd; ++td)
+        for (std::int64_t th = 0; th < sh; ++th) {
+          const bool taps = td < kd && th < kh;  // whether the row's phase has taps
           const float* const row = acc + (ci * taps_ + (td * kh + th) * kw) * width_;
           for (std::int64_t o = p0; o < p0 + m;) {  // runs along one dy row
             const std::int64_t w = o % dw, len = std::min(p0 + m - o, dw - w);
             const std::int64_t at =
-                base + (kd * (o / dw / dh) + td) * ys[2] + (kh * (o / dw % dh) + th) * ys[3] + kw * w;
-            if (kw == 1)
+                base + (sd * (o / dw / dh) + td) * ys[2] + (sh * (o / dw % dh) + th) * ys[3] + sw * w;
+            if (!taps)
+              store_run(p_, ks_, zeros, 1, y, at, 1, sw * len);
+            else if (sw == 1)
               store_run(p_, ks_, row + (o - p0), 1, y, at, 1, len);
             else
-              store_interleaved(row + (o - p0), row + width_ + (o - p0), len, y, at);
+              store_interleaved(row + (o - p0), kw == 2 ? row + width_ + (o - p0) : zeros, len, y, at);
             o += len;
           }
         }
@@ -606,7 +615,7 @@ class PointwiseEngine final : public EngineImpl {
   int nv_;                                 // vectors of input channels (broadcast mode: pixels) per call
   std::int64_t unit_;                      // input channels per block (broadcast: pixels per call)
   std::int64_t units_;                     // blocks of unit_ input channels per group (not broadcast)
-  std::int64_t taps_;                      // kernel taps (broadcast mode: kernel = stride)
+  std::int64_t taps_;                      // kernel taps (broadcast mode: kernel <= stride)
   std::int64_t rows_;                      // broadcast mode: (input channel, tap) rows per group
   std::int64_t tile_rows_;                 // broadcast mode: rows per kernel call
   std::int64_t row_block_;                 // broadcast mode: rows per block of the filter (a multiple)
@@ -618,6 +627,8 @@ class PointwiseEngine final : public EngineImpl {
   bool uncached_y_;                        // PointwiseBlocking::uncached_y
   std::int64_t run_tiles_ = 1, runs_ = 1;  // tiles per task, tasks per image
   AlignedPtr wpack_;
+  std::vector<float>
+      zeros_;  // broadcast mode: a y row's worth of zeros (2 width_), for phases past the kernel
   bool tiny_filter_ = false;  // the packed bf16 filter holds a tiny value (tiny_bf16)
   Reader dy_reader_, w_reader_;
   bool direct_;  // fp32 panels transposed straight from dy: exact fp32 or bf16 values
@@ -646,16 +657,17 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
   const bool unpadded = p.pad_front == zeros && p.pad_back == zeros;
   const bool pointwise = p.kernel == ones && p.stride == ones && unpadded;
-  // Broadcast mode (AVX2) also takes kernels that give each y pixel one tap: kernel = stride, no padding,
-  // no dilation, y = stride x dy (nothing left over), at most 2 taps along W.
+  // Broadcast mode (AVX2) also takes kernels that give each y pixel at most one tap: kernel <= stride, no
+  // padding, no dilation, y = stride x dy (nothing left over), stride at most 2 along W.
   const bool broadcast = isa == Isa::avx2;
-  bool one_tap = p.kernel == p.stride && unpadded && p.kernel[2] <= 2;
+  bool one_tap = unpadded && p.stride[2] <= 2;
   for (int a = 0; a < 3; ++a)
-    one_tap &= (p.kernel[a] == 1 || p.dilation[a] == 1) && p.y_size[a] == p.stride[a] * p.dy_size[a];
+    one_tap &= p.kernel[a] <= p.stride[a] && (p.kernel[a] == 1 || p.dilation[a] == 1) &&
+               p.y_size[a] == p.stride[a] * p.dy_size[a];
   if (!pointwise && !(broadcast && one_tap))
     why_not = broadcast
-                  ? "not pointwise (kernel 1x1x1, stride 1, no padding) nor one tap per y pixel (kernel = "
-                    "stride, at most 2 along W, no padding or dilation, y = stride x dy)"
+                  ? "not pointwise (kernel 1x1x1, stride 1, no padding) nor at most one tap per y pixel "
+                    "(kernel <= stride, stride at most 2 along W, no padding or dilation, y = stride x dy)"
                   : "not pointwise (kernel 1x1x1, stride 1, no padding)";
   else if (amx && (p.dy_strides[1] != 1 || p.y_strides[1] != 1))
     why_not = "channels are not contiguous (AMX: channel-last tensors)";

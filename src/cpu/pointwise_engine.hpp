@@ -7,8 +7,9 @@
 //   [pixel][channel] result is transposed into y's planes.
 // - Channel-first tensors on AVX2 (the broadcast mode): no transposes. The filter values are broadcast over
 //   vectors of pixels copied from dy's rows, and the results are y's rows as they lie. This also takes
-//   kernels that give each y pixel one tap (kernel = stride, such as a U-Net's k2 s2 layers): a product
-//   with (input channel, tap) rows, each stored to its phase of y.
+//   kernels that give each y pixel at most one tap (kernel <= stride, such as a U-Net's k2 s2 layers or a
+//   k1 s2 shortcut): a product with (input channel, tap) rows, each stored to its phase of y, the phases
+//   past the kernel zero.
 // - Channel-last tensors on AMX: the same chunked reduction over tiles of 32 pixels, each chunk of the
 //   tile's dy copied into a panel that the AMX tiles read from L1 for every channel block, rather than all of
 //   dy converted into a workspace first (the GEMM engine's way).
@@ -42,8 +43,8 @@ PointwiseBlocking pointwise_blocking(const Problem&, const CpuModel&, int thread
 // packed filter within 3/4 of L2; Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter
 // exact in bf16); both decline otherwise. Isa::avx512 and Isa::avx2: any dtype and input rounding, widened
 // exactly to fp32 (dy tile by tile, as it is copied), fp32 FMAs on that ISA's tile kernels (AVX2: the
-// filter-streaming ones); Isa::avx2 also
-// kernel = stride with no padding or dilation, y = stride x dy and at most 2 taps along W.
+// filter-streaming ones); Isa::avx2 also kernel <= stride with no padding or dilation, y = stride x dy and
+// stride at most 2 along W.
 std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest&, Isa isa, std::string& why_not);
 
 }  // namespace conv3d_dx::cpu
