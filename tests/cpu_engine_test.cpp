@@ -1422,7 +1422,7 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
       // (kernel, stride)
       {{2, 2, 2}, {2, 2, 2}}, {{1, 2, 2}, {1, 2, 2}}, {{2, 2, 1}, {2, 2, 1}}, {{3, 1, 2}, {3, 1, 2}},
       {{1, 1, 2}, {1, 1, 2}}, {{2, 3, 1}, {2, 3, 1}}, {{1, 1, 1}, {2, 2, 2}}, {{1, 2, 1}, {2, 2, 2}},
-      {{2, 1, 2}, {3, 2, 2}}, {{1, 1, 1}, {1, 1, 2}}};
+      {{2, 1, 2}, {3, 2, 2}}, {{1, 1, 1}, {1, 1, 2}}, {{1, 1, 1}, {2, 1, 1}}, {{2, 2, 1}, {2, 3, 2}}};
   const std::vector<std::array<std::int64_t, 3>> dys = {
       {1, 1, 20}, {2, 3, 1}, {1, 2, 17}, {2, 2, 8}, {1, 3, 5}};
   int k = 0, chunked = 0, row_blocked = 0;
@@ -1469,15 +1469,19 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
     o.isa = Isa::avx2;
     EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(), "pointwise_avx2") << c.name();
   }
-  Case wide = ok, padded = ok, dilated = ok, left_over = ok, overlapping = ok;
+  Case wide = ok, narrow_wide = ok, padded = ok, dilated = ok, left_over = ok, k1_left_over = k1s2,
+       overlapping = ok;
   wide.kernel = wide.stride = {1, 1, 3};
+  narrow_wide.kernel = {1, 1, 1};
+  narrow_wide.stride = {1, 1, 3};
+  k1_left_over.in = {5, 6, 8};  // y 5 along D, 2 x 3 = 6 at stride 2
   padded.pad_front = {0, 1, 0};
   padded.pad_back = {0, 1, 0};
   dilated.dilation = {2, 1, 1};
   dilated.in = {8, 6, 8};
   left_over.in = {5, 6, 8};
   overlapping.stride = {1, 2, 2};
-  for (const Case& c : {wide, padded, dilated, left_over, overlapping}) {
+  for (const Case& c : {wide, narrow_wide, padded, dilated, left_over, k1_left_over, overlapping}) {
     Instance inst = instantiate(c, rng, Fill::random);
     const Problem p = validate(inst.spec);
     std::string why;

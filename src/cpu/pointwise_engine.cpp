@@ -482,8 +482,8 @@ class PointwiseEngine final : public EngineImpl {
   // Broadcast mode: the tile's accumulator rows (m pixels of dy from p0 in image n, group g) to y. Row
   // ci * taps_ + tap holds y's phase (tap) of channel ci: pointwise one run of y's plane; otherwise, per dy
   // row, the y rows of its stride x stride pixels (D, H), each with y's pixels stride apart from the tap,
-  // W taps 2 interleaved (row tap + 1 holds kw = 1); y pixels no tap reaches (a phase past the kernel) are
-  // zero.
+  // W taps 2 interleaved (row tap + 1 holds kw = 1), one W tap at W stride 2 interleaved with zeros; y
+  // pixels no tap reaches (a phase past the kernel) are zero.
   void store_rows(const float* acc, std::int64_t n, std::int64_t g, std::int64_t p0, std::int64_t m,
                   void* y) const {
     const auto& ys = p_.y_strides;
@@ -500,7 +500,7 @@ class PointwiseEngine final : public EngineImpl {
       for (std::int64_t td = 0; td < sd; ++td)
         for (std::int64_t th = 0; th < sh; ++th) {
           const bool taps = td < kd && th < kh;  // whether the row's phase has taps
-          const float* const row = acc + (ci * taps_ + (td * kh + th) * kw) * width_;
+          const float* const row = taps ? acc + (ci * taps_ + (td * kh + th) * kw) * width_ : nullptr;
           for (std::int64_t o = p0; o < p0 + m;) {  // runs along one dy row
             const std::int64_t w = o % dw, len = std::min(p0 + m - o, dw - w);
             const std::int64_t at =
@@ -627,8 +627,7 @@ class PointwiseEngine final : public EngineImpl {
   bool uncached_y_;                        // PointwiseBlocking::uncached_y
   std::int64_t run_tiles_ = 1, runs_ = 1;  // tiles per task, tasks per image
   AlignedPtr wpack_;
-  std::vector<float>
-      zeros_;  // broadcast mode: a y row's worth of zeros (2 width_), for phases past the kernel
+  std::vector<float> zeros_;  // broadcast mode: zeros for a run of y (2 width_), phases past the kernel
   bool tiny_filter_ = false;  // the packed bf16 filter holds a tiny value (tiny_bf16)
   Reader dy_reader_, w_reader_;
   bool direct_;  // fp32 panels transposed straight from dy: exact fp32 or bf16 values

@@ -43,8 +43,8 @@ PointwiseBlocking pointwise_blocking(const Problem&, const CpuModel&, int thread
 // packed filter within 3/4 of L2; Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter
 // exact in bf16); both decline otherwise. Isa::avx512 and Isa::avx2: any dtype and input rounding, widened
 // exactly to fp32 (dy tile by tile, as it is copied), fp32 FMAs on that ISA's tile kernels (AVX2: the
-// filter-streaming ones); Isa::avx2 also kernel <= stride with no padding or dilation, y = stride x dy and
-// stride at most 2 along W.
+// filter-streaming ones); Isa::avx2 also kernel <= stride with no padding, dilation only where the kernel
+// is 1, y = stride x dy and stride at most 2 along W.
 std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest&, Isa isa, std::string& why_not);
 
 }  // namespace conv3d_dx::cpu
