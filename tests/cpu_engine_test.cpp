@@ -922,7 +922,14 @@ TEST(CpuDispatch, ForcedIsaPicksItsEngineAndOthersSayWhy) {
     EXPECT_EQ(plan.declined()[4], "pixel_avx512: Cin/groups is 20, more than 8");
     EXPECT_NE(plan.declined()[5].find("pointwise_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[5];
-    EXPECT_EQ(plan.declined()[6], "pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)");
+    // The refusal names one-tap kernels where the CPU's table sends them to AVX-512's broadcast mode.
+    EXPECT_EQ(
+        plan.declined()[6].rfind("pointwise_avx512: not pointwise (kernel 1x1x1, stride 1, no padding)", 0),
+        0u)
+        << plan.declined()[6];
+    EXPECT_EQ(plan.declined()[6].find("one tap per y pixel") != std::string::npos,
+              host_cpu_model().broadcast_one_tap_avx512)
+        << plan.declined()[6];
     EXPECT_NE(plan.declined()[7].find("gemm_avx512_bf16: inputs not exact in bf16"), std::string::npos)
         << plan.declined()[7];
     EXPECT_EQ(plan.declined().size(), 8u) << "no AVX2 engine is tried once the AVX-512 GEMM takes it";
@@ -1219,8 +1226,17 @@ class CpuPointwise : public ::testing::TestWithParam<Isa> {
     if (!cpu_supports(GetParam())) GTEST_SKIP() << "CPU lacks " << to_string(GetParam());
   }
   static bool pairs() { return GetParam() == Isa::avx512_bf16; }
-  static CpuModel small_l2() {
+  // This CPU with AVX-512's broadcast mode for one-tap kernels on, whatever its table says, so the mode is
+  // tested on every CPU with AVX-512.
+  static CpuModel model() {
     CpuModel cpu = host_cpu_model();
+    cpu.broadcast_one_tap_avx512 = true;
+    return cpu;
+  }
+  // Whether the ISA's engine takes kernels that give each y pixel at most one tap (the broadcast mode).
+  static bool one_tap() { return GetParam() == Isa::avx2 || GetParam() == Isa::avx512; }
+  static CpuModel small_l2() {
+    CpuModel cpu = model();
     cpu.l2_bytes = 16 << 10;
     return cpu;
   }
@@ -1233,7 +1249,7 @@ class CpuPointwise : public ::testing::TestWithParam<Isa> {
   static void check_runs(const Problem& p, Instance& inst, bool exact, const std::string& name,
                          cpu::PointwiseBlocking* small_blocking) {
     const Isa isa = GetParam();
-    run_pointwise(p, inst, isa);
+    run_pointwise(p, inst, isa, 2, model());
     ASSERT_TRUE(matches_reference(p, inst)) << name;
     if (exact) {
       ASSERT_TRUE(exactly_reference(p, inst)) << name;
@@ -1242,7 +1258,7 @@ class CpuPointwise : public ::testing::TestWithParam<Isa> {
     Tensor first = inst.y;
     for (int threads : {1, 3}) {
       fill_canary(inst.y);
-      run_pointwise(p, inst, isa, threads);
+      run_pointwise(p, inst, isa, threads, model());
       EXPECT_TRUE(same_bits(first, inst.y)) << name << ", " << threads << " threads";
     }
     const CpuModel small = small_l2();
@@ -1406,16 +1422,18 @@ TEST_P(CpuPointwise, TakesOnlyPointwiseChannelFirstProblems) {
   }
 }
 
-// AVX2's broadcast mode also takes kernels that give each y pixel at most one tap (kernel <= stride, no
-// padding or dilation, y = stride x dy, stride at most 2 along W): (input channel, tap) rows, each stored
+// The broadcast mode (AVX2; AVX-512 where the CPU's table says so) also takes kernels that give each y pixel
+// at most one tap (kernel <= stride, no padding or dilation, y = stride x dy, stride at most 2 along W; on
+// AVX-512 at most 1536 (input channel, tap) rows): (input channel, tap) rows, each stored
 // to its phase of y, the two W taps interleaved, the phases past the kernel zero. Kernels of 1 to 3 taps
 // along D and H, 1 or 2 along W, equal to the stride or smaller (1 x 1 x 1 at stride 2 among them); dy rows
-// of 1 to 20 pixels (calls of 16 pixels across rows, partial ones), every dtype and filter layout, groups,
-// y in the input type or fp32, dy and y channels apart; exact on small integers; 1, 2 and 3 threads and a
-// 16 KiB L2 (chunks, row blocks) give the same bits. Plan takes it for such a problem, and the cases it
-// cannot take are declined.
+// of 1 to 20 pixels (calls of 16 or, AVX-512, 32 pixels across rows, partial ones), every dtype and filter
+// layout, groups, y in the input type or fp32, dy and y channels apart; exact on small integers; 1, 2 and 3
+// threads and a 16 KiB L2 (chunks, row blocks) give the same bits. Plan takes it for such a problem where the
+// CPU's table allows, and the cases it cannot take are declined.
 TEST_P(CpuPointwise, OneTapPerPixelKernels) {
-  if (GetParam() != Isa::avx2) GTEST_SKIP() << "the broadcast mode is AVX2's";
+  if (!one_tap()) GTEST_SKIP() << "the broadcast mode is AVX2's and AVX-512's";
+  const Isa isa = GetParam();
   std::mt19937_64 rng(141);
   using Axes = std::array<std::int64_t, 3>;
   const std::vector<std::pair<Axes, Axes>> kernels = {
@@ -1463,11 +1481,14 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
   ok.kernel = ok.stride = {2, 2, 2};
   Case k1s2 = ok;
   k1s2.kernel = {1, 1, 1};
+  const bool planned = isa == Isa::avx2 || host_cpu_model().broadcast_one_tap_avx512;
   for (const Case& c : {ok, k1s2}) {
     Instance inst = instantiate(c, rng, Fill::random);
     Options o;
-    o.isa = Isa::avx2;
-    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name(), "pointwise_avx2") << c.name();
+    o.isa = isa;
+    EXPECT_EQ(Plan(validate(inst.spec), o).engine_name() == std::string("pointwise_") + to_string(isa),
+              planned)
+        << c.name();
   }
   Case wide = ok, narrow_wide = ok, padded = ok, dilated = ok, left_over = ok, k1_left_over = k1s2,
        overlapping = ok;
@@ -1481,23 +1502,41 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
   dilated.in = {8, 6, 8};
   left_over.in = {5, 6, 8};
   overlapping.stride = {1, 2, 2};
-  for (const Case& c : {wide, narrow_wide, padded, dilated, left_over, k1_left_over, overlapping}) {
+  Case many_rows = ok;  // 200 input channels x 8 taps: 1600 rows, AVX-512's GEMM engine's
+  many_rows.Cin = 200;
+  std::vector<std::pair<Case, std::string>> refused = {
+      {wide, "nor at most one tap per y pixel"},        {narrow_wide, "nor at most one tap per y pixel"},
+      {padded, "nor at most one tap per y pixel"},      {dilated, "nor at most one tap per y pixel"},
+      {left_over, "nor at most one tap per y pixel"},   {k1_left_over, "nor at most one tap per y pixel"},
+      {overlapping, "nor at most one tap per y pixel"}, {many_rows, "1600 (input channel, tap) rows"}};
+  if (isa == Isa::avx2) refused.pop_back();  // any number of rows
+  for (const auto& [c, needle] : refused) {
     Instance inst = instantiate(c, rng, Fill::random);
     const Problem p = validate(inst.spec);
     std::string why;
-    auto engine = cpu::make_pointwise(named_request(p, 2, Isa::avx2), Isa::avx2, why);
+    EngineRequest request = named_request(p, 2, isa);
+    request.cpu = model();
+    auto engine = cpu::make_pointwise(request, isa, why);
     EXPECT_FALSE(engine) << c.name();
-    EXPECT_NE(why.find("one tap per y pixel"), std::string::npos) << c.name() << ": " << why;
+    EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
+  }
+  if (isa == Isa::avx512) {  // a CPU whose table keeps AVX-512's one-tap kernels on the GEMM engine
+    Instance inst = instantiate(ok, rng, Fill::random);
+    EngineRequest request = named_request(validate(inst.spec), 2, isa);
+    request.cpu.broadcast_one_tap_avx512 = false;
+    std::string why;
+    EXPECT_FALSE(cpu::make_pointwise(request, isa, why));
+    EXPECT_EQ(why, "not pointwise (kernel 1x1x1, stride 1, no padding)");
   }
 }
 
 // Infinities and a NaN in dy and the filter match the reference: fp32 (the pairs engine: bf16) over 1 x 2 x 5
 // pixels (a call of 16 on AVX2, of which the 6 past the tile's pixels sum 0 x inf but are never stored),
-// pointwise and, on AVX2, k2 s2.
+// pointwise and, in the broadcast mode (AVX2, AVX-512), k2 s2.
 TEST_P(CpuPointwise, NonFiniteInputsMatchReference) {
   std::mt19937_64 rng(143);
   std::vector<std::array<std::int64_t, 3>> kernels = {{1, 1, 1}};
-  if (GetParam() == Isa::avx2) kernels.push_back({2, 2, 2});
+  if (one_tap()) kernels.push_back({2, 2, 2});
   for (const auto& kernel : kernels) {
     Case c = pointwise(7, 9, {1, 2, 5});
     c.kernel = c.stride = kernel;
@@ -1514,7 +1553,7 @@ TEST_P(CpuPointwise, NonFiniteInputsMatchReference) {
     put(inst.dy, {0, 8, 0, 1, 0}, -inf);
     put(inst.filter, {1, 6, 0, 0, 0}, inf);
     const Problem p = validate(inst.spec);
-    run_pointwise(p, inst, GetParam());
+    run_pointwise(p, inst, GetParam(), 2, model());
     EXPECT_TRUE(matches_reference(p, inst)) << c.name();
   }
 }

@@ -29,6 +29,15 @@ TEST(CpuModel, NarrowBlocksSharingWTapsOnlyWhereMeasured) {
   EXPECT_EQ(host_cpu_model().shared_w_over_wide, shared_w_over_wide(host_cpu_model().uarch));
 }
 
+// AVX-512's broadcast mode for kernels at most the stride: measured on Intel cores only.
+TEST(CpuModel, OneTapBroadcastOnAvx512OnlyWhereMeasured) {
+  EXPECT_TRUE(broadcast_one_tap_avx512(Uarch::intel_avx512));
+  EXPECT_FALSE(broadcast_one_tap_avx512(Uarch::amd_zen4));
+  EXPECT_FALSE(broadcast_one_tap_avx512(Uarch::amd_zen5));
+  EXPECT_FALSE(broadcast_one_tap_avx512(Uarch::other));
+  EXPECT_EQ(host_cpu_model().broadcast_one_tap_avx512, broadcast_one_tap_avx512(host_cpu_model().uarch));
+}
+
 TEST(CpuModel, Bf16DotProductsOnlyWhereTheyOutrunFma) {
   EXPECT_LT(bf16_dot_rate(Uarch::intel_avx512), 1.0);
   EXPECT_GT(bf16_dot_rate(Uarch::amd_zen4), 1.0);

@@ -27,6 +27,10 @@ struct CpuModel {
   // shared tiles (2 vectors on AVX-512) beat wider blocks loading a dy value per tap (from the table: Intel
   // cores; not measured on AMD's).
   bool shared_w_over_wide = false;
+  // AVX-512: kernels that give each y pixel at most one tap (kernel <= stride, not 1x1x1 at stride 1) run on
+  // the pointwise engine's broadcast mode rather than the GEMM engine (from the table: Intel cores; not
+  // measured on AMD's). AVX2 takes them there on every CPU.
+  bool broadcast_one_tap_avx512 = false;
   std::int64_t l1d_bytes = 32 << 10;  // per core
   std::int64_t l2_bytes = 1 << 20;    // per core
 
@@ -42,6 +46,8 @@ Uarch classify_cpu(const std::string& vendor, unsigned family, unsigned model, b
 double bf16_dot_rate(Uarch);
 // Whether its fp32 tiles take narrower blocks to share W taps' dy loads (CpuModel::shared_w_over_wide).
 bool shared_w_over_wide(Uarch);
+// Whether AVX-512 takes one-tap kernels in the broadcast mode (CpuModel::broadcast_one_tap_avx512).
+bool broadcast_one_tap_avx512(Uarch);
 // This machine's model, detected once.
 const CpuModel& host_cpu_model();
 

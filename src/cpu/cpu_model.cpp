@@ -87,6 +87,8 @@ double bf16_dot_rate(Uarch u) {
 
 bool shared_w_over_wide(Uarch u) { return u == Uarch::intel_avx512; }
 
+bool broadcast_one_tap_avx512(Uarch u) { return u == Uarch::intel_avx512; }
+
 std::string CpuModel::describe() const {
   return name + " (" + to_string(uarch) + ", L1d " + std::to_string(l1d_bytes >> 10) + " KiB, L2 " +
          std::to_string(l2_bytes >> 10) + " KiB per core, " +
@@ -103,6 +105,7 @@ const CpuModel& host_cpu_model() {
     m.uarch = classify_cpu(id.vendor, id.family, id.model, cpu_supports(Isa::avx512));
     m.bf16_dot_rate = bf16_dot_rate(m.uarch);
     m.shared_w_over_wide = shared_w_over_wide(m.uarch);
+    m.broadcast_one_tap_avx512 = broadcast_one_tap_avx512(m.uarch);
     m.has_bf16_dot = cpu_supports(Isa::avx512_bf16);
     m.l1d_bytes = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, m.l1d_bytes);
     m.l2_bytes = cache_bytes(_SC_LEVEL2_CACHE_SIZE, m.l2_bytes);

@@ -19,7 +19,8 @@ std::unique_ptr<EngineImpl> with_isa(const EngineRequest& request, std::string& 
 // In order of preference: pointwise problems on channel-last tensors on AMX tiles, the implicit GEMM on AMX
 // tiles (bf16-exact inputs with enough channels; on the Xeon measured it beat the pixel engine on 3 input
 // channels and the pointwise one on NCDHW 1x1x1, 1.4x and 1.9x), few input channels per group
-// (pixel-vectorised), pointwise problems on channel-first tensors (on AVX2 also kernel <= stride), then the
+// (pixel-vectorised), pointwise problems on channel-first tensors (on AVX2, and by the CPU's table on
+// AVX-512, also kernel <= stride), then the
 // implicit GEMM; the AVX-512
 // engines first, then the same engines on AVX2, so that on a CPU with AVX-512 an AVX2 engine's looser limits
 // (smaller chunks and blocks) never take what its AVX-512 version declined from the AVX-512 GEMM. Each fast

@@ -71,8 +71,52 @@ inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels
 // 8 x 32 x 32) 0.95x, 128 -> 64 onto 2 x 16 x 32 x 32 0.84x, 256 -> 128 onto 16 x 64 x 64 0.80x. bf16
 // (widened as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x. Not
 // measured with AVX-512, whose pointwise tiles keep the transposes.
+// AVX-512 (12 x 2 tiles of 16-pixel vectors) takes only kernels <= stride other than 1 x 1 x 1 at stride 1,
+// with at most kAvx512BroadcastRows (input channel, tap) rows, and only on CPUs whose table says so
+// (CpuModel::broadcast_one_tap_avx512). Xeon with AMX (model 167), fp32, NCDHW, 2 threads, medians of 15-21
+// paired calls against the GEMM engine, Cout -> Cin: unet_up 0.76-0.78x the time, 256 -> 128 onto 16 x 32 x
+// 32 0.93-0.97x, 384 -> 192 onto 8 x 32 x 32 0.95-0.98x, 192 -> 96 onto 16 x 32 x 32 0.88x, 64 -> 32 onto 2 x
+// 16 x 64 x 64 0.62x, 32 -> 16 onto 32 x 64 x 64 0.58x, but 512 -> 256 onto 8 x 16 x 16 (2048 rows)
+// 1.06-1.09x; k1 s2: k1s2 0.62-0.80x, 128 -> 64 onto 2 x 16 x 32 x 32 0.52-0.63x, 256 -> 128 onto 16 x 64 x
+// 64 0.58-0.60x. Pointwise problems against the transposing tiles were mixed (32 -> 32 over 16 x 64 x 64
+// 0.75-0.86x, 64 -> 512 0.84-0.94x; i 1.02-1.04x, 1024 -> 1024 1.08-1.12x, 64 -> 64 over 16 x 64 x 64
+// 1.06-1.17x) and keep the transposes. 3 vectors of pixels (8-row tiles) or 1 (24 rows) took longer than 2
+// on every shape; tiles of 128 pixels were within noise of 64.
 constexpr int kBroadcastNv = 2;
 constexpr std::int64_t kBroadcastWidth = 64;
+constexpr std::int64_t kAvx512BroadcastRows = 1536;
+
+namespace {
+
+// A 1 x 1 x 1 kernel at stride 1 without padding.
+bool pointwise_kernel(const Problem& p) {
+  const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
+  return p.kernel == ones && p.stride == ones && p.pad_front == zeros && p.pad_back == zeros;
+}
+
+// A kernel that gives each y pixel at most one tap: kernel <= stride, no padding, no dilation (where the
+// kernel is wider than 1), y = stride x dy (nothing left over), stride at most 2 along W.
+bool one_tap_kernel(const Problem& p) {
+  const std::array<std::int64_t, 3> zeros{0, 0, 0};
+  bool one_tap = p.pad_front == zeros && p.pad_back == zeros && p.stride[2] <= 2;
+  for (int a = 0; a < 3; ++a)
+    one_tap &= p.kernel[a] <= p.stride[a] && (p.kernel[a] == 1 || p.dilation[a] == 1) &&
+               p.y_size[a] == p.stride[a] * p.dy_size[a];
+  return one_tap;
+}
+
+std::int64_t broadcast_rows(const Problem& p) {
+  return saturating_mul(p.Cin_g, p.kernel[0] * p.kernel[1] * p.kernel[2]);
+}
+
+// Whether `isa`'s pointwise engine runs p in the broadcast mode (make_pointwise checks one_tap_kernel).
+bool broadcasts(const Problem& p, const CpuModel& cpu, Isa isa) {
+  if (isa == Isa::avx2) return true;
+  return isa == Isa::avx512 && cpu.broadcast_one_tap_avx512 && !pointwise_kernel(p) &&
+         broadcast_rows(p) <= kAvx512BroadcastRows;
+}
+
+}  // namespace
 
 PointwiseBlocking broadcast_blocking(const Problem& p, const CpuModel& cpu, int threads,
                                      const KernelSet& ks) {
@@ -108,7 +152,7 @@ PointwiseBlocking pointwise_blocking(const Problem& p, const CpuModel& cpu, int 
     b.kp = (ceil_div(b.chunk, 16) | 1) * 16;
     return b;
   }
-  if (isa == Isa::avx2) return broadcast_blocking(p, cpu, threads, ks);
+  if (broadcasts(p, cpu, isa)) return broadcast_blocking(p, cpu, threads, ks);
   const std::int64_t steps = isa == Isa::avx512_bf16 ? (p.Cout_g + 1) / 2 : p.Cout_g;
   PointwiseBlocking b;
   b.nv = static_cast<int>(std::min<std::int64_t>(ks.nv_for_reduction(steps), ceil_div(p.Cin_g, ks.lanes)));
@@ -653,21 +697,20 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   const std::int64_t padded_products = saturating_mul(amx_padded(p.Cin_g), amx_padded(p.Cout_g));
   why_not = fast_engine_refusal(isa, request, pairs);
   if (!why_not.empty()) return nullptr;
-  const std::array<std::int64_t, 3> ones{1, 1, 1}, zeros{0, 0, 0};
-  const bool unpadded = p.pad_front == zeros && p.pad_back == zeros;
-  const bool pointwise = p.kernel == ones && p.stride == ones && unpadded;
-  // Broadcast mode (AVX2) also takes kernels that give each y pixel at most one tap: kernel <= stride, no
-  // padding, no dilation, y = stride x dy (nothing left over), stride at most 2 along W.
-  const bool broadcast = isa == Isa::avx2;
-  bool one_tap = unpadded && p.stride[2] <= 2;
-  for (int a = 0; a < 3; ++a)
-    one_tap &= p.kernel[a] <= p.stride[a] && (p.kernel[a] == 1 || p.dilation[a] == 1) &&
-               p.y_size[a] == p.stride[a] * p.dy_size[a];
-  if (!pointwise && !(broadcast && one_tap))
-    why_not = broadcast
+  const bool pointwise = pointwise_kernel(p);
+  // The broadcast mode also takes kernels that give each y pixel at most one tap: on AVX2, and on AVX-512
+  // where the CPU's table says so, up to kAvx512BroadcastRows rows.
+  const bool one_tap = one_tap_kernel(p);
+  const bool any_one_tap = isa == Isa::avx2 || (isa == Isa::avx512 && request.cpu.broadcast_one_tap_avx512);
+  if (!pointwise && !(any_one_tap && one_tap))
+    why_not = any_one_tap
                   ? "not pointwise (kernel 1x1x1, stride 1, no padding) nor at most one tap per y pixel "
                     "(kernel <= stride, stride at most 2 along W, no padding or dilation, y = stride x dy)"
                   : "not pointwise (kernel 1x1x1, stride 1, no padding)";
+  else if (!pointwise && !broadcasts(p, request.cpu, isa))
+    why_not = "at most one tap per y pixel, but " + std::to_string(broadcast_rows(p)) +
+              " (input channel, tap) rows, more than " + std::to_string(kAvx512BroadcastRows) +
+              " (AVX-512: the GEMM engine measured faster)";
   else if (amx && (p.dy_strides[1] != 1 || p.y_strides[1] != 1))
     why_not = "channels are not contiguous (AMX: channel-last tensors)";
   else if (amx &&
