@@ -451,8 +451,9 @@ namespace conv3d_dx::testing {
 namespace {
 
 // On CPUs whose table prefers shared W tiles (Intel's), fp32 blocks narrow to 2 vectors where a phase's W
-// taps can share their dy loads, unless the W phases are shorter than the shared tiles or the output
-// channels fewer than 16; never for bf16 pairs, when the blocks are tuned, or on CPUs that do not prefer it.
+// taps can share their dy loads, unless the W phases are shorter than the shared tiles, a W phase has a
+// single tap or the output channels are fewer than 16; never for bf16 pairs, when the blocks are tuned, or on
+// CPUs that do not prefer it.
 TEST_F(GemmConfigTest, NarrowBlocksShareWTapsWhereTheCpuPrefersIt) {
   Case a;  // suite a's kind: 64 channels, 3 x 3 x 3, stride 1
   a.Cin = a.Cout = 64;
@@ -471,9 +472,12 @@ TEST_F(GemmConfigTest, NarrowBlocksShareWTapsWhereTheCpuPrefersIt) {
   const auto wide = config(a, other);
   EXPECT_EQ(wide.nv, 4) << wide.describe();
   EXPECT_FALSE(wide.share_w) << wide.describe();
-  Case stride2 = a;  // phases of 2 and 1 taps, 12 pixels each
+  Case stride2 = a;  // phases of 2 and 1 taps, 12 pixels each: the single-tap phase keeps wide blocks
   stride2.stride = {2, 2, 2};
-  EXPECT_EQ(config(stride2, intel).nv, 2);
+  EXPECT_EQ(config(stride2, intel).nv, 4);
+  Case k4s2 = stride2;  // every phase 2 taps
+  k4s2.kernel = {4, 4, 4};
+  EXPECT_EQ(config(k4s2, intel).nv, 2);
   Case short_rows = a;  // W phases of 6 pixels: narrower than the shared tiles
   short_rows.in = {3, 6, 6};
   EXPECT_EQ(config(short_rows, intel).nv, 4);

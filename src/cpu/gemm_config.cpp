@@ -100,11 +100,20 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   // down_s2, k133 within noise. Not where a tile's fixed costs weigh more: W phases shorter than the shared
   // tiles (e, rows of 6: 1.04-1.10x the time) or fewer than 16 output channels per tap (c, 3: 1.10-1.12x
   // channels_last).
+  // Nor where a W phase has a single tap (k3 s2: phases of 2 and 1), whose narrow single-tap tiles load
+  // 10 values per 16 FMAs against the wide ones' 10 per 24: paired against the narrowed blocks, same Xeon,
+  // channels_last b 0.92-0.93x the time (three runs), down_s2 0.94-0.95x, d 0.96-1.01x; NCDHW b 0.99x, d
+  // 1.02x, down_s2 1.02x (one run); d had read 0.95-0.99x the other way, so d is within noise. k4 s2 (every
+  // phase 2 taps) stays narrowed: wide 1.04x.
   std::int64_t shortest_phase = p.y_size[2];
+  bool single_tap_phase = false;
   for (const AxisPhase& ph : w_axis.phases)
-    if (ph.count > 0) shortest_phase = std::min(shortest_phase, ph.count);
+    if (ph.count > 0) {
+      shortest_phase = std::min(shortest_phase, ph.count);
+      single_tap_phase |= ph.taps.size() == 1;
+    }
   if (tuning.nv <= 0 && cpu.shared_w_over_wide && shared_nv > 0 && p.Cout_g >= 16 &&
-      shortest_phase >= shared_m[shared_nv])
+      shortest_phase >= shared_m[shared_nv] && !single_tap_phase)
     nv = std::min(nv, shared_nv);
   // Unless tuned, blocks as equal as the channels allow (6 vectors as 3 + 3 rather than 4 + 2, 9 as 3 + 3 +
   // 3 rather than 4 + 4 + 1), so every block's tasks cost about the same and threads that take whole blocks
