@@ -20,22 +20,18 @@ TEST(CpuModel, ClassifiesKnownMicroarchitectures) {
   EXPECT_EQ(classify_cpu("HygonGenuine", 0x18, 0x01, true), Uarch::other);
 }
 
-// Narrower fp32 blocks whose tiles share W taps' dy loads: measured on Intel cores only.
-TEST(CpuModel, NarrowBlocksSharingWTapsOnlyWhereMeasured) {
-  EXPECT_TRUE(shared_w_over_wide(Uarch::intel_avx512));
-  EXPECT_FALSE(shared_w_over_wide(Uarch::amd_zen4));
-  EXPECT_FALSE(shared_w_over_wide(Uarch::amd_zen5));
-  EXPECT_FALSE(shared_w_over_wide(Uarch::other));
-  EXPECT_EQ(host_cpu_model().shared_w_over_wide, shared_w_over_wide(host_cpu_model().uarch));
-}
-
-// AVX-512's broadcast mode for kernels at most the stride: measured on Intel cores only.
-TEST(CpuModel, OneTapBroadcastOnAvx512OnlyWhereMeasured) {
-  EXPECT_TRUE(broadcast_one_tap_avx512(Uarch::intel_avx512));
-  EXPECT_FALSE(broadcast_one_tap_avx512(Uarch::amd_zen4));
-  EXPECT_FALSE(broadcast_one_tap_avx512(Uarch::amd_zen5));
-  EXPECT_FALSE(broadcast_one_tap_avx512(Uarch::other));
-  EXPECT_EQ(host_cpu_model().broadcast_one_tap_avx512, broadcast_one_tap_avx512(host_cpu_model().uarch));
+// Entries measured on Intel cores only: narrower fp32 blocks whose tiles share W taps' dy loads, and
+// AVX-512's broadcast mode for kernels at most the stride.
+TEST(CpuModel, IntelOnlyEntriesWhereMeasured) {
+  for (bool (*entry)(Uarch) : {&shared_w_over_wide, &broadcast_one_tap_avx512}) {
+    EXPECT_TRUE(entry(Uarch::intel_avx512));
+    EXPECT_FALSE(entry(Uarch::amd_zen4));
+    EXPECT_FALSE(entry(Uarch::amd_zen5));
+    EXPECT_FALSE(entry(Uarch::other));
+  }
+  const CpuModel& host = host_cpu_model();
+  EXPECT_EQ(host.shared_w_over_wide, shared_w_over_wide(host.uarch));
+  EXPECT_EQ(host.broadcast_one_tap_avx512, broadcast_one_tap_avx512(host.uarch));
 }
 
 TEST(CpuModel, Bf16DotProductsOnlyWhereTheyOutrunFma) {
