@@ -1470,12 +1470,13 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
           cpu::PointwiseBlocking b;
           ASSERT_NO_FATAL_FAILURE(check_runs(p, inst, fill == Fill::small_integers && c.y_dtype == DType::f32,
                                              c.name() + (gaps ? " channels apart" : ""), &b));
+          EXPECT_TRUE(b.broadcast) << c.name();
           chunked += b.chunk < p.Cout_g;
           row_blocked += b.row_block < p.Cin_g * kernel[0] * kernel[1] * kernel[2];
         }
       }
   EXPECT_GE(chunked, 20) << row_blocked;  // Cout 70
-  EXPECT_GE(row_blocked, 14);             // more than 54 (input channel, tap) rows over Cout 70
+  EXPECT_GE(row_blocked, 14);  // over Cout 70, more than 54 (input channel, tap) rows (AVX2), 84 (AVX-512)
 
   Case ok = pointwise(24, 5, {4, 6, 8});
   ok.kernel = ok.stride = {2, 2, 2};
@@ -1510,6 +1511,16 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
       {left_over, "nor at most one tap per y pixel"},   {k1_left_over, "nor at most one tap per y pixel"},
       {overlapping, "nor at most one tap per y pixel"}, {many_rows, "1600 (input channel, tap) rows"}};
   if (isa == Isa::avx2) refused.pop_back();  // any number of rows
+  Case at_bound = ok;                        // 192 x 8 = 1536 rows: the most AVX-512 takes
+  at_bound.Cin = 192;
+  {
+    Instance inst = instantiate(at_bound, rng, Fill::random);
+    const Problem p = validate(inst.spec);  // the request refers to it
+    EngineRequest request = named_request(p, 2, isa);
+    request.cpu = model();
+    std::string why;
+    EXPECT_TRUE(cpu::make_pointwise(request, isa, why)) << why;
+  }
   for (const auto& [c, needle] : refused) {
     Instance inst = instantiate(c, rng, Fill::random);
     const Problem p = validate(inst.spec);
@@ -1522,7 +1533,8 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
   }
   if (isa == Isa::avx512) {  // a CPU whose table keeps AVX-512's one-tap kernels on the GEMM engine
     Instance inst = instantiate(ok, rng, Fill::random);
-    EngineRequest request = named_request(validate(inst.spec), 2, isa);
+    const Problem p = validate(inst.spec);  // the request refers to it
+    EngineRequest request = named_request(p, 2, isa);
     request.cpu.broadcast_one_tap_avx512 = false;
     std::string why;
     EXPECT_FALSE(cpu::make_pointwise(request, isa, why));

@@ -20,12 +20,10 @@ std::unique_ptr<EngineImpl> with_isa(const EngineRequest& request, std::string& 
 // tiles (bf16-exact inputs with enough channels; on the Xeon measured it beat the pixel engine on 3 input
 // channels and the pointwise one on NCDHW 1x1x1, 1.4x and 1.9x), few input channels per group
 // (pixel-vectorised), pointwise problems on channel-first tensors (on AVX2, and by the CPU's table on
-// AVX-512, also kernel <= stride), then the
-// implicit GEMM; the AVX-512
-// engines first, then the same engines on AVX2, so that on a CPU with AVX-512 an AVX2 engine's looser limits
-// (smaller chunks and blocks) never take what its AVX-512 version declined from the AVX-512 GEMM. Each fast
-// engine declines (and says why) when its ISA is above the request or missing on this CPU. `direct` is the
-// portable fallback and never declines.
+// AVX-512, also kernel <= stride), then the implicit GEMM; the AVX-512 engines first, then the same engines
+// on AVX2, so that on a CPU with AVX-512 an AVX2 engine's looser limits (smaller chunks and blocks) never
+// take what its AVX-512 version declined from the AVX-512 GEMM. Each fast engine declines (and says why) when
+// its ISA is above the request or missing on this CPU. `direct` is the portable fallback and never declines.
 const std::vector<EngineFactory>& cpu_engines() {
   static const std::vector<EngineFactory> engines = {
       {"pointwise_amx_bf16", &with_isa<cpu::make_pointwise, Isa::amx_bf16>},

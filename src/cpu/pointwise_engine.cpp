@@ -52,8 +52,9 @@ constexpr bool kAmxStreamFilter = true;
 // Channels as AMX tiles take them: input channels in blocks of 32, output channels in products of 16 pairs.
 inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels, 32) * 32; }
 
-// Filter values broadcast over pixel vectors (AVX2): y's rows are computed as they lie, (input channel,
-// tap) rows x kBroadcastNv vectors of pixels per kernel call (the filter-streaming tiles, 6 x 2 on AVX2), so
+// Filter values broadcast over pixel vectors (AVX2; AVX-512 below): y's rows are computed as they lie, (input
+// channel, tap) rows x kBroadcastNv vectors of pixels per kernel call (the filter-streaming tiles, 6 x 2 on
+// AVX2, 12 x 2 on AVX-512), so
 // neither dy nor y is transposed. Per tile of up to kBroadcastWidth pixels and chunk of output channels,
 // dy's rows are copied into a panel of [vector][channel][pixels] (within a quarter of L2; one vector's part
 // stays in L1 across a block's rows); the chunk's filter is reduced against it a block of rows at a time
@@ -69,8 +70,7 @@ inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels
 // (0.51 ms); k2 s2: unet_up (128 -> 64 onto 16 x 64 x 64) 0.79x, 256 -> 128 onto 16 x 32 x 32 0.76x, 64 -> 32
 // onto 2 x 16 x 64 x 64 0.72x, 512 -> 256 onto 8 x 16 x 16 0.85x; k1 s2 (21 calls): k1s2 (256 -> 128 onto 2 x
 // 8 x 32 x 32) 0.95x, 128 -> 64 onto 2 x 16 x 32 x 32 0.84x, 256 -> 128 onto 16 x 64 x 64 0.80x. bf16
-// (widened as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x. Not
-// measured with AVX-512, whose pointwise tiles keep the transposes.
+// (widened as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x.
 // AVX-512 (12 x 2 tiles of 16-pixel vectors) takes only kernels <= stride other than 1 x 1 x 1 at stride 1,
 // with at most kAvx512BroadcastRows (input channel, tap) rows, and only on CPUs whose table says so
 // (CpuModel::broadcast_one_tap_avx512). Xeon with AMX (model 167), fp32, NCDHW, 2 threads, medians of 15-21

@@ -5,8 +5,8 @@
 //   plane apart) into a pixel-major panel that stays in L2 (bf16: channel pairs on the way), then the GEMM
 //   engine's tile kernels reduce blocks of up to 64 input channels against it, chunk after chunk, and each
 //   [pixel][channel] result is transposed into y's planes.
-// - Channel-first tensors on AVX2, and kernels other than 1x1x1 on AVX-512 where the CPU's table says so
-//   (the broadcast mode): no transposes. The filter values are broadcast over
+// - Channel-first tensors on AVX2, and on AVX-512 one-tap kernels (below) other than 1x1x1 at stride 1
+//   where the CPU's table says so (the broadcast mode): no transposes. The filter values are broadcast over
 //   vectors of pixels copied from dy's rows, and the results are y's rows as they lie. This also takes
 //   kernels that give each y pixel at most one tap (kernel <= stride, such as a U-Net's k2 s2 layers or a
 //   k1 s2 shortcut): a product with (input channel, tap) rows, each stored to its phase of y, the phases
@@ -43,10 +43,10 @@ PointwiseBlocking pointwise_blocking(const Problem&, const CpuModel&, int thread
 // isa Isa::amx_bf16: channel-last dy and y, inputs exact in bf16 (bf16, HiFloat8, FP8 E4M3FN), a group's
 // packed filter within 3/4 of L2; Isa::avx512_bf16: bf16 channel pairs through vdpbf16ps (bf16 dy, filter
 // exact in bf16); both decline otherwise. Isa::avx512 and Isa::avx2: any dtype and input rounding, widened
-// exactly to fp32 (dy tile by tile, as it is copied), fp32 FMAs on that ISA's tile kernels (AVX2: the
-// filter-streaming ones); Isa::avx2 also kernel <= stride with no padding, dilation only where the kernel
-// is 1, y = stride x dy and stride at most 2 along W, and so does Isa::avx512 on a CPU whose table says so
-// (CpuModel::broadcast_one_tap_avx512) for at most 1536 (input channel, tap) rows.
+// exactly to fp32 (dy tile by tile, as it is copied), fp32 FMAs on that ISA's tile kernels (the
+// filter-streaming ones in the broadcast mode); Isa::avx2 also kernel <= stride with no padding, dilation
+// only where the kernel is 1, y = stride x dy and stride at most 2 along W, and so does Isa::avx512 on a CPU
+// whose table says so (CpuModel::broadcast_one_tap_avx512) for at most 1536 (input channel, tap) rows.
 std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest&, Isa isa, std::string& why_not);
 
 }  // namespace conv3d_dx::cpu
