@@ -1476,7 +1476,7 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
         }
       }
   EXPECT_GE(chunked, 20) << row_blocked;  // Cout 70
-  EXPECT_GE(row_blocked, 14);  // over Cout 70, more than 54 (input channel, tap) rows (AVX2), 84 (AVX-512)
+  EXPECT_GE(row_blocked, 14);             // Cout 70 with the most (input channel, tap) rows
 
   Case ok = pointwise(24, 5, {4, 6, 8});
   ok.kernel = ok.stride = {2, 2, 2};
@@ -1511,33 +1511,26 @@ TEST_P(CpuPointwise, OneTapPerPixelKernels) {
       {left_over, "nor at most one tap per y pixel"},   {k1_left_over, "nor at most one tap per y pixel"},
       {overlapping, "nor at most one tap per y pixel"}, {many_rows, "1600 (input channel, tap) rows"}};
   if (isa == Isa::avx2) refused.pop_back();  // any number of rows
-  Case at_bound = ok;                        // 192 x 8 = 1536 rows: the most AVX-512 takes
-  at_bound.Cin = 192;
-  {
-    Instance inst = instantiate(at_bound, rng, Fill::random);
+  // Whether the engine takes case c on `cpu` (why: its refusal).
+  const auto takes = [&](const Case& c, const CpuModel& cpu, std::string& why) {
+    Instance inst = instantiate(c, rng, Fill::random);
     const Problem p = validate(inst.spec);  // the request refers to it
     EngineRequest request = named_request(p, 2, isa);
-    request.cpu = model();
-    std::string why;
-    EXPECT_TRUE(cpu::make_pointwise(request, isa, why)) << why;
-  }
+    request.cpu = cpu;
+    return cpu::make_pointwise(request, isa, why) != nullptr;
+  };
+  Case at_bound = ok;  // 192 x 8 = 1536 rows: the most AVX-512 takes
+  at_bound.Cin = 192;
+  std::string why;
+  EXPECT_TRUE(takes(at_bound, model(), why)) << why;
   for (const auto& [c, needle] : refused) {
-    Instance inst = instantiate(c, rng, Fill::random);
-    const Problem p = validate(inst.spec);
-    std::string why;
-    EngineRequest request = named_request(p, 2, isa);
-    request.cpu = model();
-    auto engine = cpu::make_pointwise(request, isa, why);
-    EXPECT_FALSE(engine) << c.name();
+    EXPECT_FALSE(takes(c, model(), why)) << c.name();
     EXPECT_NE(why.find(needle), std::string::npos) << c.name() << ": " << why;
   }
   if (isa == Isa::avx512) {  // a CPU whose table keeps AVX-512's one-tap kernels on the GEMM engine
-    Instance inst = instantiate(ok, rng, Fill::random);
-    const Problem p = validate(inst.spec);  // the request refers to it
-    EngineRequest request = named_request(p, 2, isa);
-    request.cpu.broadcast_one_tap_avx512 = false;
-    std::string why;
-    EXPECT_FALSE(cpu::make_pointwise(request, isa, why));
+    CpuModel gemm_table = model();
+    gemm_table.broadcast_one_tap_avx512 = false;
+    EXPECT_FALSE(takes(ok, gemm_table, why));
     EXPECT_EQ(why, "not pointwise (kernel 1x1x1, stride 1, no padding)");
   }
 }

@@ -54,25 +54,24 @@ inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels
 
 // Filter values broadcast over pixel vectors (AVX2; AVX-512 below): y's rows are computed as they lie, (input
 // channel, tap) rows x kBroadcastNv vectors of pixels per kernel call (the filter-streaming tiles, 6 x 2 on
-// AVX2, 12 x 2 on AVX-512), so
-// neither dy nor y is transposed. Per tile of up to kBroadcastWidth pixels and chunk of output channels,
-// dy's rows are copied into a panel of [vector][channel][pixels] (within a quarter of L2; one vector's part
-// stays in L1 across a block's rows); the chunk's filter is reduced against it a block of rows at a time
-// (within half of L2, reused over the tile's vectors); the accumulators of all rows (within half of L2
-// unless one call's 16 pixels exceed it) are carried from chunk to chunk. Only the lanes past a tile's
-// pixels (zero in the panel) can sum a 0 x inf, and they are never stored. A kernel k <= stride (no
-// padding) gives each y pixel at most one tap: the same product over dy's pixels with (input channel, tap)
-// rows, each row stored to its phase of y (W taps 2: interleaved), the phases past the kernel zero. Zen 3,
-// 2 threads, NCDHW, medians of 15 paired calls against the transposing tiles (pointwise) or the GEMM engine
-// (k <= stride), Cout -> Cin: i (2730 -> 256 over 4 x 16 x 16) 0.91x the time, 1024 -> 1024 over 4 x 16 x 16
-// 0.95x, 512 -> 64 over 8 x 32 x 32 0.95x, 256 -> 256 over 16 x 32 x 32 0.95x, 64 -> 512 over 2 x 8 x 32 x 32
-// 0.94x, 32 -> 32 over 16 x 64 x 64 0.92x, 2048 -> 512 over 8 x 8 0.98x, but 2048 -> 128 over 2 x 8 x 8 1.07x
-// (0.51 ms); k2 s2: unet_up (128 -> 64 onto 16 x 64 x 64) 0.79x, 256 -> 128 onto 16 x 32 x 32 0.76x, 64 -> 32
-// onto 2 x 16 x 64 x 64 0.72x, 512 -> 256 onto 8 x 16 x 16 0.85x; k1 s2 (21 calls): k1s2 (256 -> 128 onto 2 x
-// 8 x 32 x 32) 0.95x, 128 -> 64 onto 2 x 16 x 32 x 32 0.84x, 256 -> 128 onto 16 x 64 x 64 0.80x. bf16
-// (widened as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x.
-// AVX-512 (12 x 2 tiles of 16-pixel vectors) takes only kernels <= stride other than 1 x 1 x 1 at stride 1,
-// with at most kAvx512BroadcastRows (input channel, tap) rows, and only on CPUs whose table says so
+// AVX2, 12 x 2 on AVX-512), so neither dy nor y is transposed. Per tile of up to kBroadcastWidth pixels and
+// chunk of output channels, dy's rows are copied into a panel of [vector][channel][pixels] (within a quarter
+// of L2; one vector's part stays in L1 across a block's rows); the chunk's filter is reduced against it a
+// block of rows at a time (within half of L2, reused over the tile's vectors); the accumulators of all rows
+// (within half of L2 unless one call's pixels exceed it) are carried from chunk to chunk. Only the lanes
+// past a tile's pixels (zero in the panel) can sum a 0 x inf, and they are never stored. A kernel k <= stride
+// (no padding) gives each y pixel at most one tap: the same product over dy's pixels with (input channel,
+// tap) rows, each row stored to its phase of y (W taps 2: interleaved), the phases past the kernel zero. Zen
+// 3, 2 threads, NCDHW, medians of 15 paired calls against the transposing tiles (pointwise) or the GEMM
+// engine (k <= stride), Cout -> Cin: i (2730 -> 256 over 4 x 16 x 16) 0.91x the time, 1024 -> 1024 over 4 x
+// 16 x 16 0.95x, 512 -> 64 over 8 x 32 x 32 0.95x, 256 -> 256 over 16 x 32 x 32 0.95x, 64 -> 512 over 2 x 8 x
+// 32 x 32 0.94x, 32 -> 32 over 16 x 64 x 64 0.92x, 2048 -> 512 over 8 x 8 0.98x, but 2048 -> 128 over 2 x 8 x
+// 8 1.07x (0.51 ms); k2 s2: unet_up (128 -> 64 onto 16 x 64 x 64) 0.79x, 256 -> 128 onto 16 x 32 x 32 0.76x,
+// 64 -> 32 onto 2 x 16 x 64 x 64 0.72x, 512 -> 256 onto 8 x 16 x 16 0.85x; k1 s2 (21 calls): k1s2 (256 -> 128
+// onto 2 x 8 x 32 x 32) 0.95x, 128 -> 64 onto 2 x 16 x 32 x 32 0.84x, 256 -> 128 onto 16 x 64 x 64 0.80x.
+// bf16 (widened as copied): i 0.85x, unet_up 0.87x, 512 -> 64 0.70x; HiFloat8 i 0.96x, unet_up 0.78x. AVX-512
+// (12 x 2 tiles of 16-pixel vectors) takes only kernels <= stride other than 1 x 1 x 1 at stride 1, with at
+// most kAvx512BroadcastRows (input channel, tap) rows, and only on CPUs whose table says so
 // (CpuModel::broadcast_one_tap_avx512). Xeon with AMX (model 167), fp32, NCDHW, 2 threads, medians of 15-21
 // paired calls against the GEMM engine, Cout -> Cin: unet_up 0.76-0.78x the time, 256 -> 128 onto 16 x 32 x
 // 32 0.93-0.97x, 384 -> 192 onto 8 x 32 x 32 0.95-0.98x, 192 -> 96 onto 16 x 32 x 32 0.88x, 64 -> 32 onto 2 x
@@ -80,8 +79,10 @@ inline std::int64_t amx_padded(std::int64_t channels) { return ceil_div(channels
 // 1.06-1.09x; k1 s2: k1s2 0.62-0.80x, 128 -> 64 onto 2 x 16 x 32 x 32 0.52-0.63x, 256 -> 128 onto 16 x 64 x
 // 64 0.58-0.60x. Pointwise problems against the transposing tiles were mixed (32 -> 32 over 16 x 64 x 64
 // 0.75-0.86x, 64 -> 512 0.84-0.94x; i 1.02-1.04x, 1024 -> 1024 1.08-1.12x, 64 -> 64 over 16 x 64 x 64
-// 1.06-1.17x) and keep the transposes. 3 vectors of pixels (8-row tiles) or 1 (24 rows) took longer than 2
-// on every shape; tiles of 128 pixels were within noise of 64.
+// 1.06-1.17x) and keep the transposes. On the one-tap shapes (each variant one run against the GEMM engine)
+// 3 vectors of pixels (8-row tiles) or 1 (24 rows) took longer than 2: unet_up 0.84-0.94x, 512 -> 256
+// 1.22-1.67x, k1s2 about the same (0.78-0.80x); tiles of 128 pixels read within 0.04 of 64's ratios except
+// k1s2 (0.80x against 0.62x).
 constexpr int kBroadcastNv = 2;
 constexpr std::int64_t kBroadcastWidth = 64;
 constexpr std::int64_t kAvx512BroadcastRows = 1536;
@@ -109,11 +110,16 @@ std::int64_t broadcast_rows(const Problem& p) {
   return saturating_mul(p.Cin_g, p.kernel[0] * p.kernel[1] * p.kernel[2]);
 }
 
-// Whether `isa`'s pointwise engine runs p in the broadcast mode (make_pointwise checks one_tap_kernel).
+// Whether `isa`'s broadcast mode takes one-tap kernels on `cpu`: AVX2 always, AVX-512 by the CPU's table.
+bool takes_one_tap(const CpuModel& cpu, Isa isa) {
+  return isa == Isa::avx2 || (isa == Isa::avx512 && cpu.broadcast_one_tap_avx512);
+}
+
+// Whether `isa`'s pointwise engine runs p in the broadcast mode (make_pointwise checks one_tap_kernel):
+// everything on AVX2; on AVX-512 one-tap kernels other than 1 x 1 x 1 at stride 1, up to the row bound.
 bool broadcasts(const Problem& p, const CpuModel& cpu, Isa isa) {
   if (isa == Isa::avx2) return true;
-  return isa == Isa::avx512 && cpu.broadcast_one_tap_avx512 && !pointwise_kernel(p) &&
-         broadcast_rows(p) <= kAvx512BroadcastRows;
+  return takes_one_tap(cpu, isa) && !pointwise_kernel(p) && broadcast_rows(p) <= kAvx512BroadcastRows;
 }
 
 }  // namespace
@@ -700,9 +706,8 @@ std::unique_ptr<EngineImpl> make_pointwise(const EngineRequest& request, Isa isa
   const bool pointwise = pointwise_kernel(p);
   // The broadcast mode also takes kernels that give each y pixel at most one tap: on AVX2, and on AVX-512
   // where the CPU's table says so, up to kAvx512BroadcastRows rows.
-  const bool one_tap = one_tap_kernel(p);
-  const bool any_one_tap = isa == Isa::avx2 || (isa == Isa::avx512 && request.cpu.broadcast_one_tap_avx512);
-  if (!pointwise && !(any_one_tap && one_tap))
+  const bool any_one_tap = takes_one_tap(request.cpu, isa);
+  if (!pointwise && !(any_one_tap && one_tap_kernel(p)))
     why_not = any_one_tap
                   ? "not pointwise (kernel 1x1x1, stride 1, no padding) nor at most one tap per y pixel "
                     "(kernel <= stride, stride at most 2 along W, no padding or dilation, y = stride x dy)"
