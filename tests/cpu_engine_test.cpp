@@ -2711,22 +2711,48 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
         }
       }
     if (ks.interleave_bf16)
-      for (std::int64_t len : {1, 15, 16, 17, 40})
+      for (std::int64_t len : {1, 15, 16, 17, 31, 32, 33, 40, 64, 65})
         for (bool with_b : {true, false}) {
-          std::vector<std::uint16_t> a(static_cast<std::size_t>(len)), b(a.size());
+          // Values that are neither tiny nor special (exponent fields 100-163), and past the runs a tiny
+          // value and an infinity the kernel must not read.
+          std::vector<std::uint16_t> a(static_cast<std::size_t>(len + 2)), b(a.size());
           for (std::size_t i = 0; i < a.size(); ++i) {
-            a[i] = static_cast<std::uint16_t>(any(rng));
-            b[i] = static_cast<std::uint16_t>(any(rng));
+            a[i] = static_cast<std::uint16_t>((100 + any(rng) % 64) << 7 | (any(rng) & 0x807F));
+            b[i] = static_cast<std::uint16_t>((100 + any(rng) % 64) << 7 | (any(rng) & 0x807F));
+          }
+          for (auto* run : {&a, &b}) {
+            (*run)[static_cast<std::size_t>(len)] = 0x0001;
+            (*run)[static_cast<std::size_t>(len + 1)] = 0x7F80;
           }
           std::vector<std::uint16_t> out(static_cast<std::size_t>(2 * len + 3), 0xAAAA);
-          ks.interleave_bf16(a.data(), with_b ? b.data() : nullptr, out.data(), len);
+          for (bool nonfinite : {false, true})
+            ASSERT_FALSE(
+                ks.interleave_bf16(a.data(), with_b ? b.data() : nullptr, out.data(), len, nonfinite))
+                << len;
           for (std::size_t i = 0; i < out.size(); ++i) {
-            const std::uint16_t want = i >= a.size() * 2 ? 0xAAAA
-                                       : i % 2 == 0      ? a[i / 2]
-                                       : with_b          ? b[i / 2]
-                                                         : std::uint16_t{0};
+            const std::uint16_t want = i >= static_cast<std::size_t>(2 * len) ? 0xAAAA
+                                       : i % 2 == 0                           ? a[i / 2]
+                                       : with_b                               ? b[i / 2]
+                                                                              : std::uint16_t{0};
             ASSERT_EQ(out[i], want) << len << " at " << i;
           }
+          // One tiny value, infinity or NaN at each place of either run: reported as tiny always, as not
+          // finite only when asked (and never from b when there is none).
+          for (std::int64_t at = 0; at < len; ++at)
+            for (bool in_b : {false, true})
+              for (std::uint16_t special :
+                   {std::uint16_t{0x8001}, std::uint16_t{0x7F80}, std::uint16_t{0xFFC1}})
+                for (bool nonfinite : {false, true}) {
+                  auto& run = in_b ? b : a;
+                  const std::uint16_t kept = run[static_cast<std::size_t>(at)];
+                  run[static_cast<std::size_t>(at)] = special;
+                  const bool seen = !in_b || with_b;
+                  EXPECT_EQ(
+                      ks.interleave_bf16(a.data(), with_b ? b.data() : nullptr, out.data(), len, nonfinite),
+                      seen && (special == 0x8001 || nonfinite))
+                      << len << " at " << at << (in_b ? " in b" : " in a") << ", value " << special;
+                  run[static_cast<std::size_t>(at)] = kept;
+                }
         }
     if (!ks.store_transposed) continue;
     for (std::int64_t nr : {1, 15, 16, 17, 40})

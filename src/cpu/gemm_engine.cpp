@@ -760,8 +760,8 @@ class GemmEngine final : public EngineImpl {
         }
         special |= ks_.split_bf16(runs.data(), 2 * cbw, hi, lo);
         std::uint16_t* out = dst + tap_pos(t) * tap_step + pair_at;
-        ks_.interleave_bf16(hi, hi + cbw, out, cbw);
-        ks_.interleave_bf16(lo, lo + cbw, out + 32 * cbw, cbw);
+        ks_.interleave_bf16(hi, hi + cbw, out, cbw, false);  // split_bf16 judged the values
+        ks_.interleave_bf16(lo, lo + cbw, out + 32 * cbw, cbw, false);
       }
     }
     return special;
@@ -915,8 +915,8 @@ class GemmEngine final : public EngineImpl {
       }
     };
     // Two runs of n from p0 and p1 (or zeros) as channel pairs into out, noting a special value
-    // (special_bf16): 8-bit codes widened, paired and reported by one kernel where the set has it (scanning
-    // each tap's pairs after them took 4 % of HiFloat8 e's time), other pairs scanned.
+    // (special_bf16): paired and reported by one kernel (8-bit codes widened on the way where the set has
+    // it; scanning each tap's pairs after them took 4 % of HiFloat8 e's time).
     bool special = false;
     const auto pairs = [&](const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out) {
       if constexpr (!std::is_same_v<Src, std::uint16_t>) {
@@ -925,8 +925,7 @@ class GemmEngine final : public EngineImpl {
           return;
         }
       }
-      ks_.interleave_bf16(as_bf16(p0, n, wide0), as_bf16(p1, n, wide1), out, n);
-      special |= special_bf16(out, 2 * n);
+      special |= ks_.interleave_bf16(as_bf16(p0, n, wide0), as_bf16(p1, n, wide1), out, n, config_.amx);
     };
     const bool prefetch = s[1] == 1 || ncdhw;  // runs prefetch_channel knows
     for (std::int64_t co = 0; co < kPrefetchChannels && prefetch; ++co)

@@ -161,10 +161,10 @@ struct KernelSet {
   // (tiny_bf16 in support.hpp). Null where the ISA has none.
   bool (*transpose_bf16_pairs)(const std::uint16_t* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
                                std::uint16_t* y, std::int64_t y_ps) = nullptr;
-  // out[2 i] = a[i], out[2 i + 1] = b[i] (0 when b is null) for i < n: bf16 channel pairs. Null where the
-  // ISA has none.
-  void (*interleave_bf16)(const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
-                          std::int64_t n) = nullptr;
+  // out[2 i] = a[i], out[2 i + 1] = b[i] (0 when b is null) for i < n: bf16 channel pairs; whether any value
+  // is tiny (as any_tiny_bf16) or, with nonfinite, not finite. Null where the ISA has none.
+  bool (*interleave_bf16)(const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out, std::int64_t n,
+                          bool nonfinite) = nullptr;
   // fp16 and HF32 values as bf16 hi + lo (split_parts in support.hpp): hi[i], lo[i] for i < n; whether a
   // value is not finite or has a tiny part (tiny_bf16). Null where the ISA has none.
   bool (*split_bf16)(const float* src, std::int64_t n, std::uint16_t* hi, std::uint16_t* lo) = nullptr;

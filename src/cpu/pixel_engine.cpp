@@ -291,15 +291,15 @@ class PixelEngine final : public EngineImpl {
           if constexpr (lanes == 2) {
             if (interleave) {  // bf16 rows with contiguous W: interleave the pair's two rows
               const std::int64_t co = step * 2;
+              bool any = false;
               for (std::int64_t od = 0; od < p_.dy_size[0]; ++od)
                 for (std::int64_t oh = 0; oh < p_.dy_size[1]; ++oh) {
                   const auto* a = static_cast<const std::uint16_t*>(dy) + n * s[0] +
                                   (g * p_.Cout_g + co) * s[1] + od * s[2] + oh * s[3];
-                  ks_.interleave_bf16(a, co + 1 < p_.Cout_g ? a + s[1] : nullptr,
-                                      plane + (od * dy_d_ + oh * dy_h_) * 2, p_.dy_size[2]);
+                  any |= ks_.interleave_bf16(a, co + 1 < p_.Cout_g ? a + s[1] : nullptr,
+                                             plane + (od * dy_d_ + oh * dy_h_) * 2, p_.dy_size[2], false);
                 }
-              tiny[static_cast<std::size_t>(r)] =
-                  ks_.any_tiny_bf16(reinterpret_cast<const std::uint16_t*>(plane), dy_c_ * lanes);
+              tiny[static_cast<std::size_t>(r)] = any;
               continue;
             }
           }

@@ -275,10 +275,9 @@ class PointwiseEngine final : public EngineImpl {
     // bf16 pairs from bf16 or 8-bit runs of contiguous input channels (any 1 x 1 x 1 NCDHW or NDHWC filter):
     // each pair of output channels' runs interleaved (8-bit codes widened by table on the way) by a kernel.
     const std::uint16_t* table = w_reader_.bf16_table();
-    const bool pair_runs =
-        pairs_ && s[1] == 1 &&
-        (table != nullptr ? ks_.widen8_pairs != nullptr
-                          : p_.filter_dtype == DType::bf16 && ks_.interleave_bf16 && ks_.any_tiny_bf16);
+    const bool pair_runs = pairs_ && s[1] == 1 &&
+                           (table != nullptr ? ks_.widen8_pairs != nullptr
+                                             : p_.filter_dtype == DType::bf16 && ks_.interleave_bf16);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * units_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t unit = begin; unit < end; ++unit) {
@@ -296,8 +295,7 @@ class PointwiseEngine final : public EngineImpl {
                                         false);
               } else {
                 const auto* bits = static_cast<const std::uint16_t*>(filter);
-                ks_.interleave_bf16(bits + src, second ? bits + src + s[0] : nullptr, w, valid);
-                any |= ks_.any_tiny_bf16(w, 2 * valid);
+                any |= ks_.interleave_bf16(bits + src, second ? bits + src + s[0] : nullptr, w, valid, false);
               }
             }
             tiny[static_cast<std::size_t>(unit)] = any;
