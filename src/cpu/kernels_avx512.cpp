@@ -628,6 +628,13 @@ CONV3D_DX_INLINE __mmask32 tiny_lanes(__m512i v, __mmask32 m) {
       _mm512_set1_epi16(0x237F));
 }
 
+// The lanes of m whose bf16 value is tiny or, with nonfinite, an infinity or a NaN.
+CONV3D_DX_INLINE __mmask32 special_lanes(__m512i v, __mmask32 m, bool nonfinite) {
+  const __m512i exponent = _mm512_set1_epi16(0x7F80);
+  return tiny_lanes(v, m) |
+         (nonfinite ? _mm512_mask_cmpeq_epi16_mask(m, _mm512_and_si512(v, exponent), exponent) : 0);
+}
+
 // 32 codes at a time: four two-register word permutes cover the 256 table entries by the low 6 bits of the
 // code; bits 6 and 7 pick among them.
 struct Lut8 {
@@ -661,7 +668,6 @@ void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* ds
 bool widen8_pairs(const std::uint8_t* a, const std::uint8_t* b, const std::uint16_t* lut, std::uint16_t* out,
                   std::int64_t n, bool nonfinite) {
   const Lut8 table(lut);
-  const __m512i exponent = _mm512_set1_epi16(0x7F80);
   __mmask32 special = 0;
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail16(n - i);
@@ -672,9 +678,7 @@ bool widen8_pairs(const std::uint8_t* a, const std::uint8_t* b, const std::uint1
     __m512i wide = table(_mm512_cvtepu8_epi16(codes));
     if (b == nullptr) wide = _mm512_maskz_mov_epi16(0x55555555u, wide);
     _mm512_mask_storeu_epi32(out + 2 * i, m, wide);
-    const __mmask32 lanes = tail32(2 * (n - i));
-    special |= tiny_lanes(wide, lanes);
-    if (nonfinite) special |= _mm512_mask_cmpeq_epi16_mask(lanes, _mm512_and_si512(wide, exponent), exponent);
+    special |= special_lanes(wide, tail32(2 * (n - i)), nonfinite);
   }
   return special != 0;
 }
@@ -873,7 +877,6 @@ bool interleave_bf16(const std::uint16_t* a, const std::uint16_t* b, std::uint16
     return x;
   }();
   const __m512i low = _mm512_load_si512(index.data()), high = _mm512_load_si512(index.data() + 32);
-  const __m512i exponent = _mm512_set1_epi16(0x7F80);
   __mmask32 special = 0;
   for (std::int64_t i = 0; i < n; i += 32) {
     const __mmask32 m = tail32(n - i);
@@ -883,10 +886,7 @@ bool interleave_bf16(const std::uint16_t* a, const std::uint16_t* b, std::uint16
     if (n - i > 16)
       _mm512_mask_storeu_epi32(out + 2 * i + 32, static_cast<__mmask16>(m >> 16),
                                _mm512_permutex2var_epi16(va, high, vb));
-    special |= tiny_lanes(va, m) | tiny_lanes(vb, m);
-    if (nonfinite)
-      special |= _mm512_mask_cmpeq_epi16_mask(m, _mm512_and_si512(va, exponent), exponent) |
-                 _mm512_mask_cmpeq_epi16_mask(m, _mm512_and_si512(vb, exponent), exponent);
+    special |= special_lanes(va, m, nonfinite) | special_lanes(vb, m, nonfinite);
   }
   return special != 0;
 }
