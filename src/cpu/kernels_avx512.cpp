@@ -868,7 +868,8 @@ bool transpose_bf16_pairs(const std::uint16_t* a, std::int64_t a_rs, std::int64_
 
 // out[2 i] = a[i], out[2 i + 1] = b[i] (0 where b is null), 32 pairs at a time (two word permutes); whether
 // a value is tiny or, with nonfinite, not finite, judged on the runs as loaded. One pass where interleaving
-// and then scanning the pairs twice took three (Xeon with AMX, model 167: the bf16 filter packs of suite e).
+// and then scanning the pairs twice took three: Xeon with AMX (model 167), bf16 suite e with an NDHWC filter
+// packed on each call, 0.90-0.95x the time.
 bool interleave_bf16(const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out, std::int64_t n,
                      bool nonfinite) {
   alignas(64) static constexpr std::array<std::uint16_t, 64> index = [] {
