@@ -761,6 +761,74 @@ TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
   expect_counts(1, 1);  // fp32
 }
 
+// Channel blocks packed several in one pass over an NDHWC filter (GemmConfig::pack_span: spans of 2 and 3,
+// the last one of a group shorter, with a narrow block) pack what block-by-block packing does: the same
+// bits, one-shot (into the threads' own buffers, spans shared out when they are fewer than the threads or
+// not) and from a filter packed whole, on 1 and 2 threads; against the reference. A tiny value (bf16) or an
+// infinity (HiFloat8, fp16) in the second block of a span sends that block to the exact kernels (split:
+// the call to the fallback) and leaves the others' flags alone. bf16 pairs and split fp16 / HF32 spans;
+// the fp32 kernels keep spans of one.
+TEST_P(CpuIsa, PackingBlocksInSpansGivesTheSameBits) {
+  std::mt19937_64 rng(73);
+  struct Variant {
+    DType dtype;
+    bool hf32;
+    float special;  // stored at (output channel 1, input channel 40, tap 0); 0: none
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Variant v :
+       {Variant{DType::bf16, false, 0}, Variant{DType::bf16, false, 1e-20f}, Variant{DType::hif8, false, 0},
+        Variant{DType::hif8, false, inf}, Variant{DType::fp8_e4m3fn, false, 0}, Variant{DType::f16, false, 0},
+        Variant{DType::f16, false, inf}, Variant{DType::f32, true, 0}}) {
+    Case c = with_dtype(Case{}, v.dtype);
+    c.hf32 = v.hf32;
+    c.data_format = c.filter_format = Layout::NDHWC;
+    c.groups = 2;
+    c.Cin = 2 * 70;  // per group blocks of 32 (16 split) and a narrow one of 6
+    c.Cout = 2 * 5;  // an odd count per group
+    c.in = {2, 4, 5};
+    c.pad_front = c.pad_back = {1, 1, 1};
+    Instance inst = instantiate(c, rng, Fill::small_integers);
+    if (v.special != 0)
+      numeric::store_f32(v.dtype, inst.filter.view.data,
+                         inst.filter.view.strides[0] + 40 * inst.filter.view.strides[1], v.special,
+                         OverflowMode::ieee);
+    const Problem p = validate(inst.spec);
+    if (!admit(p)) continue;
+    std::vector<Tensor> results;
+    for (const int span : {1, 2, 3})
+      for (const int threads : {1, 2})
+        for (const bool whole : {false, true}) {
+          cpu::GemmTuning tuning;
+          tuning.pack_span = span;
+          tuning.blocks_inner = 0;
+          std::string why;
+          auto engine = cpu::make_gemm(named_request(p, threads, GetParam()), GetParam(), tuning, why);
+          ASSERT_TRUE(engine) << why;
+          const auto config = cpu::gemm_config(p, host_cpu_model(), GetParam(), threads, tuning);
+          const std::int64_t blocks = (p.Cin_g + config.nv * config.lanes - 1) / (config.nv * config.lanes);
+          EXPECT_EQ(config.pack_span, config.bf16 || config.split ? std::min<std::int64_t>(span, blocks) : 1)
+              << c.name();
+          std::vector<unsigned char> workspace(engine->workspace_bytes());
+          fill_canary(inst.y);
+          if (whole) {
+            engine->pack_filter(inst.filter.view.data);
+            engine->execute(inst.dy.view.data, inst.y.view.data, workspace.data());
+          } else {
+            engine->execute_with_filter(inst.dy.view.data, inst.filter.view.data, inst.y.view.data,
+                                        workspace.data(), false);
+          }
+          if (!results.empty()) {
+            EXPECT_TRUE(same_bits(results.front(), inst.y))
+                << c.name() << ", span " << span << ", " << threads << " threads" << (whole ? ", whole" : "");
+          }
+          results.push_back(inst.y);
+        }
+    EXPECT_TRUE(matches_reference(p, inst)) << c.name();
+  }
+  expect_counts(3, 0);  // fp16 and HF32: the vdpbf16ps engine takes bf16-exact inputs only
+}
+
 // The memory a GEMM engine states: a plan that does not keep the filter adds a slot of packed blocks per
 // thread, never more slots than blocks (and allocates them while planning); one that keeps it adds none.
 TEST_P(CpuIsa, BlockSlotsCountOnlyWhenTheFilterIsNotKept) {

@@ -33,6 +33,7 @@ std::string GemmConfig::describe() const {
   if (dy_window)
     s += ", dy converted into a window of " + std::to_string(dy_window_planes) + " planes per thread";
   if (d_inner) s += ", rows plane after plane (D taps share dy rows)";
+  if (pack_span > 1) s += ", filter packed " + std::to_string(pack_span) + " channel blocks at a time";
   return s + "; L2 budgets " + std::to_string(weight_budget >> 10) + " KiB filter, " +
          std::to_string(plane_budget >> 10) + " KiB plane";
 }
@@ -334,6 +335,23 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
   const bool plane_direct = c.plane_mode && p.y_dtype == DType::f32 && ys[1] == 1;
   c.uncached_y = (((c.y_direct || plane_direct) && whole_lines) || channel_first) && !c.amx &&
                  (tuning.uncached_y >= 0 ? tuning.uncached_y == 1 : y_outgrows_l2(p, cpu, threads));
+  // Packing channel blocks together (pack_span) where a block's run of input channels is under 128 bytes of
+  // the filter, up to 128 bytes, with the span's packed blocks within 3/4 of L2 (their tasks read them from
+  // there). Measured on the AMX Xeon (model 167), 2 threads, reading e's bf16
+  // filter (15.2 MiB) and writing each span's blocks: 64-byte runs 1.06 ms, 128-byte 0.74, 192 and 256-byte
+  // runs 0.94-0.96 (their blocks outgrow L2). At least four spans per thread, so that the threads still
+  // share the work out evenly (k1s2 with one span per thread, fp16: 1.04-1.09x the time).
+  const std::int64_t width = std::int64_t{c.nv} * c.lanes, blocks = ceil_div(p.Cin_g, width);
+  const std::int64_t run_bytes = saturating_mul(width, static_cast<std::int64_t>(dtype_size(p.filter_dtype)));
+  const std::int64_t block_bytes = saturating_mul(saturating_mul(taps, c.kpad), saturating_mul(width, elem));
+  std::int64_t span = 1;
+  if ((c.bf16 || c.split) && p.filter_strides[1] == 1 && p.filter_strides[0] != 1 && blocks > 1)
+    span = tuning.pack_span > 0 ? tuning.pack_span
+                                : std::min(ceil_div(128, run_bytes),
+                                           std::max<std::int64_t>(1, cpu.l2_bytes * 3 / 4 / block_bytes));
+  span = std::min({span, blocks, std::int64_t{kMaxPackSpan}});
+  while (span > 1 && tuning.pack_span <= 0 && p.G * ceil_div(blocks, span) < 4 * threads) --span;
+  c.pack_span = static_cast<int>(span);
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -220,10 +221,14 @@ class GemmEngine final : public EngineImpl {
 
   void pack_filter(const void* filter) override {
     allocate_packed();
-    parallel_for(threads_, static_cast<std::int64_t>(tiny_blocks_.size()),
-                 [&](std::int64_t begin, std::int64_t end) {
-                   for (std::int64_t gb = begin; gb < end; ++gb) pack_group_block(filter, gb, block_of(gb));
-                 });
+    parallel_for(threads_, span_count(), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t u = begin; u < end; ++u) {
+        const auto [gb0, count] = span_blocks(u);
+        std::array<void*, kMaxPackSpan> dsts{};
+        for (std::int64_t j = 0; j < count; ++j) dsts[static_cast<std::size_t>(j)] = block_of(gb0 + j);
+        pack_group_blocks(filter, gb0, count, dsts.data());
+      }
+    });
     if (exact_fallback_) exact_fallback_->pack_filter(filter);  // for a later dy the split cannot take
   }
 
@@ -387,39 +392,58 @@ class GemmEngine final : public EngineImpl {
       allocate_packed();
     else
       allocate_own_blocks();
-    const auto destination = [&](std::int64_t gb, std::int64_t slot) {
-      return keep ? block_of(gb) : static_cast<char*>(own_blocks_[2 * slot + narrow(gb)].get());
+    // Where span u's blocks go: in the packed filter, or in the buffers of `slot`.
+    const auto destinations = [&](std::int64_t u, std::int64_t slot) {
+      const auto [gb0, count] = span_blocks(u);
+      std::array<void*, kMaxPackSpan> dsts{};
+      for (std::int64_t j = 0; j < count; ++j)
+        dsts[static_cast<std::size_t>(j)] =
+            keep ? block_of(gb0 + j)
+                 : own_blocks_[static_cast<std::size_t>(slot * (config_.pack_span + 1) +
+                                                        (narrow(gb0 + j) ? config_.pack_span : j))]
+                       .get();
+      return dsts;
     };
     const auto [src, tiny_dy] = prepare_dy(dy, workspace);
     if (exact_fallback_ && tiny_dy) {
       exact_fallback_->execute_with_filter(dy, filter, y, workspace, false);
       return;
     }
-    const std::int64_t nblocks = static_cast<std::int64_t>(tiny_blocks_.size());
-    const std::int64_t shared = nblocks % threads_, whole = nblocks - shared;
+    const std::int64_t nspans = span_count();
+    const std::int64_t shared = nspans % threads_, whole = nspans - shared;
     std::atomic<std::int64_t> next_slot{0};  // which thread takes which buffers does not matter
-    ChunkQueue whole_blocks(whole, 1);
-    parallel_chunks(threads_, whole_blocks, [&](ChunkQueue& q) {
+    ChunkQueue whole_spans(whole, 1);
+    parallel_chunks(threads_, whole_spans, [&](ChunkQueue& q) {
       TaskScratch scratch(*this);
       const std::int64_t slot = next_slot++;
-      for (std::int64_t gb, end; q.next(gb, end);) {
-        char* dst = destination(gb, slot);
-        pack_group_block(filter, gb, dst);
-        for (std::int64_t t = gb * tasks_per_block_; t < (gb + 1) * tasks_per_block_; ++t)
-          run_task(t, DyPlanes{src}, y, tiny_dy, scratch, dst);
+      for (std::int64_t u, end; q.next(u, end);) {
+        const auto [gb0, count] = span_blocks(u);
+        const auto dsts = destinations(u, slot);
+        pack_group_blocks(filter, gb0, count, dsts.data());
+        for (std::int64_t j = 0; j < count; ++j)
+          for (std::int64_t t = (gb0 + j) * tasks_per_block_; t < (gb0 + j + 1) * tasks_per_block_; ++t)
+            run_task(t, DyPlanes{src}, y, tiny_dy, scratch,
+                     static_cast<const char*>(dsts[static_cast<std::size_t>(j)]));
       }
       if (config_.amx) amx_release();
     });
     if (shared > 0) {
-      // The leftover blocks (fewer than the threads): block whole + i in slot i.
+      // The leftover spans (fewer than the threads): span whole + i in slot i, then their blocks' tasks
+      // shared by all threads.
       parallel_for(threads_, shared, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t i = begin; i < end; ++i)
-          pack_group_block(filter, whole + i, destination(whole + i, i));
+        for (std::int64_t i = begin; i < end; ++i) {
+          const auto [gb0, count] = span_blocks(whole + i);
+          pack_group_blocks(filter, gb0, count, destinations(whole + i, i).data());
+        }
       });
-      run_tasks(shared * tasks_per_block_, [&](std::int64_t t, TaskScratch& scratch) {
-        const std::int64_t i = t / tasks_per_block_;
-        run_task(whole * tasks_per_block_ + t, DyPlanes{src}, y, tiny_dy, scratch, destination(whole + i, i));
-      });
+      const std::int64_t first = span_blocks(whole).first;
+      run_tasks((static_cast<std::int64_t>(tiny_blocks_.size()) - first) * tasks_per_block_,
+                [&](std::int64_t t, TaskScratch& scratch) {
+                  const std::int64_t gb = first + t / tasks_per_block_, u = span_of(gb);
+                  run_task(first * tasks_per_block_ + t, DyPlanes{src}, y, tiny_dy, scratch,
+                           static_cast<const char*>(destinations(
+                               u, u - whole)[static_cast<std::size_t>(gb - span_blocks(u).first)]));
+                });
     }
     // A filter block the split could not take skipped its tasks: the whole call runs unsplit.
     if (exact_fallback_ && any_exact_block())
@@ -450,29 +474,51 @@ class GemmEngine final : public EngineImpl {
     return {ws, false};
   }
 
+  // Packs channel blocks gb0 .. gb0 + count - 1 (one group's, consecutive: a span, GemmConfig::pack_span)
+  // into dsts and notes which need the exact kernels: in one pass over the filter where a packer reads runs
+  // of contiguous input channels (split and bf16 pairs), else block after block.
+  void pack_group_blocks(const void* filter, std::int64_t gb0, std::int64_t count, void* const* dsts) {
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), g = gb0 / nb;
+    const std::span<const Block> blocks(blocks_.data() + gb0 % nb, static_cast<std::size_t>(count));
+    // The flags gathered here and stored once: tiny_blocks_ neighbours other threads' blocks.
+    std::array<unsigned char, kMaxPackSpan> special{};
+    const bool runs = p_.filter_strides[1] == 1 && count > 1;
+    if (config_.split && (runs || count == 1)) {
+      w_reader_.visit(filter,
+                      [&](auto get) { pack_split_blocks(get, filter, g, blocks, dsts, special.data()); });
+    } else if (runs && bf16_pairs_packer()) {
+      if (p_.filter_dtype == DType::bf16)
+        pack_bf16_runs(static_cast<const std::uint16_t*>(filter), g, blocks, dsts, special.data());
+      else
+        pack_bf16_runs(static_cast<const std::uint8_t*>(filter), g, blocks, dsts, special.data());
+    } else {
+      for (std::int64_t j = 0; j < count; ++j) pack_group_block(filter, gb0 + j, dsts[j]);
+      return;
+    }
+    std::copy_n(special.begin(), count, tiny_blocks_.begin() + gb0);
+  }
+
+  // Whether bf16 pairs are packed by vector kernels (pack_bf16_block): a bf16 or 8-bit filter.
+  bool bf16_pairs_packer() const {
+    return bf16_ && ks_.interleave_bf16 && ks_.any_nonfinite_bf16 &&
+           (p_.filter_dtype == DType::bf16 || (w_reader_.bf16_table() != nullptr && ks_.widen8 != nullptr));
+  }
+
   // Packs channel block gb % nb of group gb / nb into dst and notes whether it needs the exact kernels.
   void pack_group_block(const void* filter, std::int64_t gb, void* dst) {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
     const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
     if (config_.split) {
-      w_reader_.visit(filter, [&](auto get) {
-        tiny_blocks_[static_cast<std::size_t>(gb)] =
-            pack_split_block(get, filter, gb / nb, b, static_cast<std::uint16_t*>(dst));
-      });
+      pack_group_blocks(filter, gb, 1, &dst);
       return;
     }
-    if (bf16_ && ks_.interleave_bf16 && ks_.any_nonfinite_bf16) {
+    if (bf16_pairs_packer()) {
       auto* wpack = static_cast<std::uint16_t*>(dst);
-      if (p_.filter_dtype == DType::bf16) {
-        tiny_blocks_[static_cast<std::size_t>(gb)] =
-            pack_bf16_block(static_cast<const std::uint16_t*>(filter), gb / nb, b, wpack);
-        return;
-      }
-      if (w_reader_.bf16_table() != nullptr && ks_.widen8 != nullptr) {
-        tiny_blocks_[static_cast<std::size_t>(gb)] =
-            pack_bf16_block(static_cast<const std::uint8_t*>(filter), gb / nb, b, wpack);
-        return;
-      }
+      tiny_blocks_[static_cast<std::size_t>(gb)] =
+          p_.filter_dtype == DType::bf16
+              ? pack_bf16_block(static_cast<const std::uint16_t*>(filter), gb / nb, b, wpack)
+              : pack_bf16_block(static_cast<const std::uint8_t*>(filter), gb / nb, b, wpack);
+      return;
     }
     if (!bf16_ && w_reader_.widens(ks_) && pack_f32_block(filter, gb / nb, b, static_cast<float*>(dst))) {
       tiny_blocks_[static_cast<std::size_t>(gb)] = false;
@@ -552,12 +598,28 @@ class GemmEngine final : public EngineImpl {
   // A slot has one buffer for the full-width blocks and one for a group's narrower last block: a buffer only
   // ever holds blocks of one shape, so whatever the packers leave unwritten (padding channels and lanes)
   // stays zero, as in the packed filter, and a block packs to the same values and flags in both.
-  std::int64_t own_slots() const {
-    const std::int64_t blocks = saturating_mul(p_.G, ceil_div(p_.Cin_g, std::int64_t{config_.nv} * lanes_));
-    return std::min<std::int64_t>(threads_, blocks);
-  }
+  // A slot holds a span of blocks (GemmConfig::pack_span): pack_span full-width buffers, one per place in
+  // the span, then the narrow one.
+  std::int64_t own_slots() const { return std::min<std::int64_t>(threads_, span_count()); }
   std::int64_t own_blocks_bytes() const {
-    return saturating_mul(own_slots(), saturating_add(own_block_bytes(false), own_block_bytes(true)));
+    return saturating_mul(
+        own_slots(),
+        saturating_add(saturating_mul(config_.pack_span, own_block_bytes(false)), own_block_bytes(true)));
+  }
+  // Spans of pack_span consecutive blocks of one group (the group's last span may be shorter): span u
+  // covers blocks [first, first + count).
+  std::int64_t spans_per_group() const {
+    return ceil_div(ceil_div(p_.Cin_g, std::int64_t{config_.nv} * lanes_), std::int64_t{config_.pack_span});
+  }
+  std::int64_t span_count() const { return saturating_mul(p_.G, spans_per_group()); }
+  std::pair<std::int64_t, std::int64_t> span_blocks(std::int64_t u) const {
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), k = u % spans_per_group();
+    return {u / spans_per_group() * nb + k * config_.pack_span,
+            std::min<std::int64_t>(config_.pack_span, nb - k * config_.pack_span)};
+  }
+  std::int64_t span_of(std::int64_t gb) const {
+    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
+    return gb / nb * spans_per_group() + gb % nb / config_.pack_span;
   }
   bool narrow(std::int64_t gb) const {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
@@ -573,9 +635,10 @@ class GemmEngine final : public EngineImpl {
   }
   void allocate_own_blocks() {
     if (!own_blocks_.empty()) return;
-    std::vector<AlignedPtr> blocks(2 * static_cast<std::size_t>(own_slots()));
+    const auto per_slot = static_cast<std::size_t>(config_.pack_span) + 1;
+    std::vector<AlignedPtr> blocks(per_slot * static_cast<std::size_t>(own_slots()));
     for (std::size_t i = 0; i < blocks.size(); ++i)
-      if (const std::int64_t bytes = own_block_bytes(i % 2 == 1); bytes > 0)
+      if (const std::int64_t bytes = own_block_bytes(i % per_slot == per_slot - 1); bytes > 0)
         blocks[i] = alloc_zeroed64(static_cast<std::size_t>(bytes), "a packed channel block");
     own_blocks_ = std::move(blocks);  // only once all are allocated: a refusal leaves none
   }
@@ -711,60 +774,69 @@ class GemmEngine final : public EngineImpl {
     return tiny || (config_.amx && nonfinite);
   }
 
-  // pack_block for split inputs (GemmConfig::split): per tap and chunk of 32 output channels, the pairs
-  // (2 p, 2 p + 1) of the chunk's his for each of the block's channels, then those of its los. Returns
-  // whether a packed value is tiny or not finite (the call then runs the exact fallback). Values are widened
-  // by vector kernels where the reader allows: per tap's run of contiguous input channels, or per output
-  // channel its dense NCDHW [ci][tap] slab; otherwise read one by one.
+  // pack_block for split inputs (GemmConfig::split), for consecutive blocks of group g (one, or a span of
+  // them where input channels are contiguous: GemmConfig::pack_span) into dsts: per tap and chunk of 32
+  // output channels, the pairs (2 p, 2 p + 1) of the chunk's his for each of the block's channels, then those
+  // of its los. special[j]: whether a value of block j is tiny or not finite (the call then runs the exact
+  // fallback). Values are widened by vector kernels where the reader allows: per tap's run of contiguous
+  // input channels (the span's blocks' runs one after another), or per output channel its dense NCDHW
+  // [ci][tap] slab; otherwise read one by one.
   template <class Get>
-  bool pack_split_block(const Get& get, const void* filter, std::int64_t g, const Block& b,
-                        std::uint16_t* dst) const {
+  void pack_split_blocks(const Get& get, const void* filter, std::int64_t g, std::span<const Block> blocks,
+                         void* const* dsts, unsigned char* special) const {
     const auto& s = p_.filter_strides;
-    const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0), tap_step = kpad_ * cbw;
+    const Block& first = blocks.front();
+    const std::int64_t width = std::int64_t{config_.nv} * lanes_,
+                       first_valid = std::min<std::int64_t>(first.nv * lanes_, p_.Cin_g - first.ci0),
+                       span_valid =
+                           std::min(blocks.back().ci0 + blocks.back().nv * lanes_, p_.Cin_g) - first.ci0;
     const bool widens = w_reader_.widens(ks_), by_run = widens && s[1] == 1,
-               by_slab = widens && !by_run && dense_ncdhw_filter(valid);
-    std::vector<float> slabs(static_cast<std::size_t>(by_slab ? 2 * valid * taps_ : 0));
-    // Runs of the pair's two output channels (zero past the valid channels and for a missing odd one), then
-    // their his and los.
-    std::vector<float> runs(static_cast<std::size_t>(2 * cbw), 0.0f);
-    std::vector<std::uint16_t> parts(static_cast<std::size_t>(4 * cbw));
+               by_slab = widens && !by_run && blocks.size() == 1 && dense_ncdhw_filter(first_valid);
+    std::vector<float> slabs(static_cast<std::size_t>(by_slab ? 2 * first_valid * taps_ : 0));
+    // Runs of the pair's two output channels, width apart (zero past a block's valid channels and for a
+    // missing odd one), then their his and los.
+    std::vector<float> runs(static_cast<std::size_t>(2 * width), 0.0f);
+    std::vector<std::uint16_t> parts(static_cast<std::size_t>(4 * width));
     std::uint16_t* const hi = parts.data();
-    std::uint16_t* const lo = hi + 2 * cbw;
-    bool special = false;
+    std::uint16_t* const lo = hi + 2 * width;
     const bool prefetch = by_run || by_slab;  // runs prefetch_channel knows
     for (std::int64_t co = 0; co < kPrefetchChannels && prefetch; ++co)
-      prefetch_channel(filter, g, b, co, valid);
+      prefetch_channel(filter, g, first, co, span_valid);
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
       for (std::int64_t c = co + kPrefetchChannels; c < co + kPrefetchChannels + 2 && prefetch; ++c)
-        prefetch_channel(filter, g, b, c, valid);
-      const std::int64_t pair_at = (co / 32 * 64 + co % 32) * cbw;  // the pair's row of his
+        prefetch_channel(filter, g, first, c, span_valid);
       const std::int64_t channels = std::min<std::int64_t>(2, p_.Cout_g - co);
-      if (channels == 1) std::fill(runs.begin() + cbw, runs.end(), 0.0f);  // an odd Cout_g's missing channel
+      if (channels == 1) std::fill(runs.begin() + width, runs.end(), 0.0f);  // an odd Cout_g's missing one
       if (by_slab)
         for (std::int64_t e = 0; e < channels; ++e)
-          w_reader_.widen(ks_, filter, (g * p_.Cout_g + co + e) * s[0] + b.ci0 * s[1], valid * taps_,
-                          slabs.data() + e * valid * taps_);
+          w_reader_.widen(ks_, filter, (g * p_.Cout_g + co + e) * s[0] + first.ci0 * s[1],
+                          first_valid * taps_, slabs.data() + e * first_valid * taps_);
       for (std::int64_t t = 0; t < taps_; ++t) {
-        for (std::int64_t e = 0; e < channels; ++e) {
-          float* run = runs.data() + e * cbw;
-          const std::int64_t src =
-              (g * p_.Cout_g + co + e) * s[0] + b.ci0 * s[1] + tap_src_[static_cast<std::size_t>(t)];
-          if (by_run) {
-            w_reader_.widen(ks_, filter, src, valid, run);
-          } else if (by_slab) {
-            const float* slab = slabs.data() + e * valid * taps_ + t;
-            for (std::int64_t c = 0; c < valid; ++c) run[c] = slab[c * taps_];
-          } else {
-            for (std::int64_t c = 0; c < valid; ++c) run[c] = get(src + c * s[1]);
+        for (std::size_t j = 0; j < blocks.size(); ++j) {
+          const Block& b = blocks[j];
+          const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0);
+          for (std::int64_t e = 0; e < channels; ++e) {
+            float* run = runs.data() + e * width;
+            if (valid < width) std::fill(run + valid, run + width, 0.0f);  // after a wider block's values
+            const std::int64_t src =
+                (g * p_.Cout_g + co + e) * s[0] + b.ci0 * s[1] + tap_src_[static_cast<std::size_t>(t)];
+            if (by_run) {
+              w_reader_.widen(ks_, filter, src, valid, run);
+            } else if (by_slab) {
+              const float* slab = slabs.data() + e * valid * taps_ + t;
+              for (std::int64_t c = 0; c < valid; ++c) run[c] = slab[c * taps_];
+            } else {
+              for (std::int64_t c = 0; c < valid; ++c) run[c] = get(src + c * s[1]);
+            }
           }
+          special[j] |= ks_.split_bf16(runs.data(), 2 * width, hi, lo);
+          std::uint16_t* out = static_cast<std::uint16_t*>(dsts[j]) + tap_pos(t) * kpad_ * cbw +
+                               (co / 32 * 64 + co % 32) * cbw;   // the pair's row of his
+          ks_.interleave_bf16(hi, hi + width, out, cbw, false);  // split_bf16 judged the values
+          ks_.interleave_bf16(lo, lo + width, out + 32 * cbw, cbw, false);
         }
-        special |= ks_.split_bf16(runs.data(), 2 * cbw, hi, lo);
-        std::uint16_t* out = dst + tap_pos(t) * tap_step + pair_at;
-        ks_.interleave_bf16(hi, hi + cbw, out, cbw, false);  // split_bf16 judged the values
-        ks_.interleave_bf16(lo, lo + cbw, out + 32 * cbw, cbw, false);
       }
     }
-    return special;
   }
 
   // pack_block for the fp32 kernels with a filter the reader widens run by run (Reader::widens: fp32, bf16,
@@ -860,6 +932,55 @@ class GemmEngine final : public EngineImpl {
     return ks_.any_tiny_bf16(p, n) || (config_.amx && ks_.any_nonfinite_bf16(p, n));
   }
 
+  // Two runs of n from p0 and p1 (p1 null: zeros) as bf16 channel pairs into out; whether a value is special
+  // (special_bf16). One kernel pairs and judges them, 8-bit codes widened on the way where the set has
+  // widen8_pairs, else first into wide (2 n elements); scanning each tap's pairs after them took 4 % of
+  // HiFloat8 e's time.
+  template <class Src>
+  bool pair_runs(const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out,
+                 std::uint16_t* wide) const {
+    if constexpr (std::is_same_v<Src, std::uint16_t>) {
+      return ks_.interleave_bf16(p0, p1, out, n, config_.amx);
+    } else {
+      const std::uint16_t* table = w_reader_.bf16_table();
+      if (ks_.widen8_pairs != nullptr) return ks_.widen8_pairs(p0, p1, table, out, n, config_.amx);
+      ks_.widen8(p0, table, wide, n);
+      if (p1 != nullptr) ks_.widen8(p1, table, wide + n, n);
+      return ks_.interleave_bf16(wide, p1 != nullptr ? wide + n : nullptr, out, n, config_.amx);
+    }
+  }
+
+  // pack_bf16_block for a filter with contiguous input channels, for consecutive blocks of group g (one, or
+  // a span: GemmConfig::pack_span) into dsts: per pair of output channels and tap, each block's run paired
+  // into its place, the blocks' runs one after another along the filter row. special[j]: whether block j
+  // holds a special value.
+  template <class Src>
+  void pack_bf16_runs(const Src* filter, std::int64_t g, std::span<const Block> blocks, void* const* dsts,
+                      unsigned char* special) const {
+    const auto& s = p_.filter_strides;
+    const Block& last = blocks.back();
+    const std::int64_t span_valid = std::min(last.ci0 + last.nv * lanes_, p_.Cin_g) - blocks.front().ci0;
+    std::vector<std::uint16_t> wide(static_cast<std::size_t>(2 * config_.nv * lanes_));  // for pair_runs
+    for (std::int64_t co = 0; co < kPrefetchChannels; ++co)
+      prefetch_channel(filter, g, blocks.front(), co, span_valid);
+    for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
+      for (std::int64_t c = co + kPrefetchChannels; c < co + kPrefetchChannels + 2; ++c)
+        prefetch_channel(filter, g, blocks.front(), c, span_valid);
+      const Src* src0 = filter + (g * p_.Cout_g + co) * s[0];
+      const Src* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
+      for (std::size_t j = 0; j < blocks.size(); ++j) {
+        for (std::int64_t t = 0; t < taps_; ++t) {
+          const std::int64_t at = tap_src_[static_cast<std::size_t>(t)];
+          const Block& b = blocks[j];
+          const std::int64_t cbw = b.nv * lanes_, at_b = at + b.ci0;
+          std::uint16_t* out = static_cast<std::uint16_t*>(dsts[j]) + co * cbw + tap_pos(t) * kpad_ * cbw;
+          special[j] |= pair_runs(src0 + at_b, src1 ? src1 + at_b : nullptr, std::min(cbw, p_.Cin_g - b.ci0),
+                                  out, wide.data());
+        }
+      }
+    }
+  }
+
   // pack_block for a bf16 or 8-bit filter, moving bits with vector kernels: channel pairs interleaved
   // straight from the filter when its input channels are contiguous; otherwise, for an NCDHW filter (taps
   // dense, input channels T taps apart), each pair of output channels is interleaved into [ci][tap] units,
@@ -896,36 +1017,21 @@ class GemmEngine final : public EngineImpl {
     // call per tap (suite f, 3 channels a tap, Xeon with AMX: bf16 0.96x the time, HiFloat8 0.98x).
     const bool one_run = s[1] == 1 && valid == p_.Cin_g && s[4] == valid && s[3] == p_.kernel[2] * s[4] &&
                          s[2] == p_.kernel[1] * s[3];
+    if (s[1] == 1 && !one_run) {
+      unsigned char special = 0;
+      void* const out = dst;
+      pack_bf16_runs(filter, g, {&b, 1}, &out, &special);
+      return special != 0;
+    }
     std::vector<float> units, transposed;
     if ((s[1] != 1 && ncdhw) || one_run) units.resize(static_cast<std::size_t>(valid * taps_));
     if (s[1] != 1 && ncdhw) transposed.resize(static_cast<std::size_t>(taps_ * cbw));
-    // n elements from p as bf16: in place for a bf16 filter, widened into `buf` for an 8-bit one.
-    std::vector<std::uint16_t> wide0, wide1;
-    if constexpr (!std::is_same_v<Src, std::uint16_t>) {
-      wide0.resize(static_cast<std::size_t>(ncdhw || one_run ? valid * taps_ : valid));
-      wide1.resize(wide0.size());
-    }
-    const auto as_bf16 = [&](const Src* p, std::int64_t n, std::vector<std::uint16_t>& buf) {
-      if constexpr (std::is_same_v<Src, std::uint16_t>) {
-        return p;
-      } else {
-        if (p == nullptr) return static_cast<const std::uint16_t*>(nullptr);
-        ks_.widen8(p, w_reader_.bf16_table(), buf.data(), n);
-        return static_cast<const std::uint16_t*>(buf.data());
-      }
-    };
-    // Two runs of n from p0 and p1 (or zeros) as channel pairs into out, noting a special value
-    // (special_bf16): paired and reported by one kernel (8-bit codes widened on the way where the set has
-    // it; scanning each tap's pairs after them took 4 % of HiFloat8 e's time).
+    // 8-bit codes widened for pair_runs where the set pairs them only as bf16
+    std::vector<std::uint16_t> wide(
+        std::is_same_v<Src, std::uint8_t> ? static_cast<std::size_t>(2 * valid * taps_) : 0);
     bool special = false;
     const auto pairs = [&](const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out) {
-      if constexpr (!std::is_same_v<Src, std::uint16_t>) {
-        if (ks_.widen8_pairs != nullptr) {
-          special |= ks_.widen8_pairs(p0, p1, w_reader_.bf16_table(), out, n, config_.amx);
-          return;
-        }
-      }
-      special |= ks_.interleave_bf16(as_bf16(p0, n, wide0), as_bf16(p1, n, wide1), out, n, config_.amx);
+      special |= pair_runs(p0, p1, n, out, wide.data());
     };
     const bool prefetch = s[1] == 1 || ncdhw;  // runs prefetch_channel knows
     for (std::int64_t co = 0; co < kPrefetchChannels && prefetch; ++co)
@@ -942,11 +1048,6 @@ class GemmEngine final : public EngineImpl {
         for (std::int64_t t = 0; t < taps_; ++t)
           std::memcpy(dst_co + tap_pos(t) * tap_step, run + 2 * t * valid,
                       static_cast<std::size_t>(valid) * 4);
-      } else if (s[1] == 1) {
-        for (std::int64_t t = 0; t < taps_; ++t) {
-          const std::int64_t at = tap_src_[static_cast<std::size_t>(t)];
-          pairs(src0 + at, src1 ? src1 + at : nullptr, valid, dst_co + tap_pos(t) * tap_step);
-        }
       } else if (ncdhw) {
         pairs(src0, src1, valid * taps_, reinterpret_cast<std::uint16_t*>(units.data()));
         ks_.store_transposed(units.data(), false, taps_, valid, taps_, transposed.data(), StoreType::f32, cbw,

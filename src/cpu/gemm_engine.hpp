@@ -25,7 +25,11 @@ struct GemmTuning {
       -1;               // 1: a row's or plane's channel blocks in turn, 0: block after block, -1: by the CPU
   bool share_w = true;  // W taps share their dy loads (SharedWTile) where the kernel set offers it
   int dy_window = -1;   // 1: dy converted into a window per thread wherever allowed, 0: never, -1: by the CPU
+  int pack_span = 0;    // channel blocks packed in one pass over a filter with contiguous input channels
 };
+
+// The most channel blocks packed in one pass (GemmConfig::pack_span).
+inline constexpr int kMaxPackSpan = 8;
 
 // Every choice the engine makes for a problem on a CPU, decided in one step from the problem, the CPU's
 // model (cache sizes) and the kernel set, before anything is allocated; --verbose prints it.
@@ -100,6 +104,12 @@ struct GemmConfig {
   // per call); channel-first: each run that is a whole aligned line.
   bool uncached_y = false;
   std::int64_t weight_budget = 0, plane_budget = 0;  // bytes of L2 for a block's filter, a staged plane
+  // Consecutive channel blocks of a group packed together, in one pass over a filter whose input channels
+  // are contiguous (NDHWC): for each output channel and tap the packers read the blocks' runs one after
+  // another, one longer run along the filter row, where each block's own pass would read short runs a row
+  // apart (whole 64-byte lines or less, which the hardware prefetchers do not follow). A call that packs as
+  // it goes (no kept filter) packs that many blocks into a thread's buffers, then runs their tasks.
+  int pack_span = 1;
 
   std::string describe() const;
 };
