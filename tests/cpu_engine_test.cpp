@@ -205,7 +205,7 @@ TEST_P(CpuIsa, UncachedYStoresMatchPlainStoresBitwise) {
   };
   for (const Channels ch : {Channels{64, 1}, Channels{80, 1}, Channels{31, 1}, Channels{64, 2}})
     for (const std::int64_t s : {1, 2})
-      for (const int threads : {1, 2})
+      for (const int threads : {1, 2, 3})
         for (const Layout layout : {Layout::NDHWC, Layout::NCDHW})
           for (const int plane : {0, 1}) {
             Case c = with_dtype(Case{}, pairs ? DType::bf16 : DType::f32);
@@ -317,7 +317,7 @@ TEST_P(CpuIsa, TapListsReusedAcrossRowsMatchTheReference) {
       for (const int plane : {0, 1})
         for (const int inner : {0, 1})
           for (const bool share_w : {false, true})
-            for (const int threads : {1, 2}) {
+            for (const int threads : {1, 2, 3}) {
               cpu::GemmTuning tuning{1, 4, plane};
               tuning.dh_group = 4;  // plane tasks: several groups per class
               tuning.blocks_inner = inner;
@@ -763,11 +763,11 @@ TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
 
 // Channel blocks packed several in one pass over an NDHWC filter (GemmConfig::pack_span: spans of 2 and 3,
 // the last one of a group shorter, with a narrow block) pack what block-by-block packing does: the same
-// bits, one-shot (into the threads' own buffers, spans shared out when they are fewer than the threads or
-// not) and from a filter packed whole, on 1 and 2 threads; against the reference. A tiny value (bf16) or an
-// infinity (HiFloat8, fp16) in the second block of a span sends that block to the exact kernels (split:
-// the call to the fallback) and leaves the others' flags alone. bf16 pairs and split fp16 / HF32 spans;
-// the fp32 kernels keep spans of one.
+// bits, one-shot (into the threads' own buffers; on 3 threads spans are left over, packed one per thread and
+// their tasks shared) and from a filter packed whole, on 1, 2 and 3 threads; against the reference. A tiny
+// value (bf16) or an infinity (HiFloat8, fp16) in the second block of a span sends that block to the exact
+// kernels (split: the call to the fallback) and leaves the others' flags alone. bf16 pairs and split fp16 /
+// HF32 spans; the fp32 kernels keep spans of one.
 TEST_P(CpuIsa, PackingBlocksInSpansGivesTheSameBits) {
   std::mt19937_64 rng(73);
   struct Variant {
@@ -797,7 +797,7 @@ TEST_P(CpuIsa, PackingBlocksInSpansGivesTheSameBits) {
     if (!admit(p)) continue;
     std::vector<Tensor> results;
     for (const int span : {1, 2, 3})
-      for (const int threads : {1, 2})
+      for (const int threads : {1, 2, 3})
         for (const bool whole : {false, true}) {
           cpu::GemmTuning tuning;
           tuning.pack_span = span;
