@@ -789,10 +789,13 @@ TEST_P(CpuIsa, PackingBlocksInSpansGivesTheSameBits) {
     c.in = {2, 4, 5};
     c.pad_front = c.pad_back = {1, 1, 1};
     Instance inst = instantiate(c, rng, Fill::small_integers);
-    if (v.special != 0)
-      numeric::store_f32(v.dtype, inst.filter.view.data,
-                         inst.filter.view.strides[0] + 40 * inst.filter.view.strides[1], v.special,
-                         OverflowMode::ieee);
+    if (v.special != 0) {  // the view is in NDHWC order: [Cout, kD, kH, kW, Cin / groups]
+      const auto& s = inst.filter.view.strides;
+      numeric::store_f32(v.dtype, inst.filter.view.data, s[0] + 40 * s[4], v.special, OverflowMode::ieee);
+      const double placed = element(inst.filter, {1, 40, 0, 0, 0});
+      ASSERT_TRUE(std::isinf(v.special) ? std::isinf(placed) : placed != 0 && std::fabs(placed) < 1e-10)
+          << c.name() << ": the special value in place, read back " << placed;
+    }
     const Problem p = validate(inst.spec);
     if (!admit(p)) continue;
     std::vector<Tensor> results;
