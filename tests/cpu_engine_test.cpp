@@ -766,8 +766,8 @@ TEST_P(CpuIsa, PackingIntoOwnBlocksLeavesNoStaleValues) {
 // bits, one-shot (into the threads' own buffers; on 3 threads spans are left over, packed one per thread and
 // their tasks shared) and from a filter packed whole, on 1, 2 and 3 threads; against the reference. A tiny
 // value (bf16) or an infinity (HiFloat8, fp16) in the second block of a span sends that block to the exact
-// kernels (split: the call to the fallback) and leaves the others' flags alone. bf16 pairs and split fp16 /
-// HF32 spans; the fp32 kernels keep spans of one.
+// kernels (split: the call to the fallback) with spans as without. bf16 pairs and split fp16 / HF32 spans;
+// the fp32 kernels keep spans of one.
 TEST_P(CpuIsa, PackingBlocksInSpansGivesTheSameBits) {
   std::mt19937_64 rng(73);
   struct Variant {

@@ -337,10 +337,11 @@ GemmConfig gemm_config(const Problem& p, const CpuModel& cpu, Isa isa, int threa
                  (tuning.uncached_y >= 0 ? tuning.uncached_y == 1 : y_outgrows_l2(p, cpu, threads));
   // Packing channel blocks together (pack_span) where a block's run of input channels is under 128 bytes of
   // the filter, up to 128 bytes, with the span's packed blocks within 3/4 of L2 (their tasks read them from
-  // there). Measured on the AMX Xeon (model 167), 2 threads, reading e's bf16
-  // filter (15.2 MiB) and writing each span's blocks: 64-byte runs 1.06 ms, 128-byte 0.74, 192 and 256-byte
-  // runs 0.94-0.96 (their blocks outgrow L2). At least four spans per thread, so that the threads still
-  // share the work out evenly (k1s2 with one span per thread, fp16: 1.04-1.09x the time).
+  // there), and at least four spans per thread so that the threads still share the work out evenly. AMX
+  // Xeon (model 167), 2 threads: a stand-alone loop reading e's bf16 filter (15.2 MiB) in runs of a span's
+  // width and writing them out took 1.06 ms for 64-byte runs, 0.74 for 128, 0.94-0.96 for 192 and 256 (the
+  // span's blocks outgrow L2); one-shot calls, paired against one block at a time, HiFloat8 e 0.95x the
+  // time, fp16 d 0.93x, bf16 e 0.99x; k1s2 with one span per thread (fp16) 1.04-1.09x.
   const std::int64_t width = std::int64_t{c.nv} * c.lanes, blocks = ceil_div(p.Cin_g, width);
   const std::int64_t run_bytes = saturating_mul(width, static_cast<std::int64_t>(dtype_size(p.filter_dtype)));
   const std::int64_t block_bytes = saturating_mul(saturating_mul(taps, c.kpad), saturating_mul(width, elem));

@@ -430,19 +430,22 @@ class GemmEngine final : public EngineImpl {
     if (shared > 0) {
       // The leftover spans (fewer than the threads): span whole + i in slot i, then their blocks' tasks
       // shared by all threads.
+      const std::int64_t first = span_blocks(whole).first;
+      std::vector<const char*> left(tiny_blocks_.size() - static_cast<std::size_t>(first));  // their buffers
       parallel_for(threads_, shared, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t i = begin; i < end; ++i) {
           const auto [gb0, count] = span_blocks(whole + i);
-          pack_group_blocks(filter, gb0, count, destinations(whole + i, i).data());
+          const auto dsts = destinations(whole + i, i);
+          pack_group_blocks(filter, gb0, count, dsts.data());
+          for (std::int64_t j = 0; j < count; ++j)
+            left[static_cast<std::size_t>(gb0 + j - first)] =
+                static_cast<const char*>(dsts[static_cast<std::size_t>(j)]);
         }
       });
-      const std::int64_t first = span_blocks(whole).first;
-      run_tasks((static_cast<std::int64_t>(tiny_blocks_.size()) - first) * tasks_per_block_,
+      run_tasks(static_cast<std::int64_t>(left.size()) * tasks_per_block_,
                 [&](std::int64_t t, TaskScratch& scratch) {
-                  const std::int64_t gb = first + t / tasks_per_block_, u = span_of(gb);
                   run_task(first * tasks_per_block_ + t, DyPlanes{src}, y, tiny_dy, scratch,
-                           static_cast<const char*>(destinations(
-                               u, u - whole)[static_cast<std::size_t>(gb - span_blocks(u).first)]));
+                           left[static_cast<std::size_t>(t / tasks_per_block_)]);
                 });
     }
     // A filter block the split could not take skipped its tasks: the whole call runs unsplit.
@@ -475,25 +478,31 @@ class GemmEngine final : public EngineImpl {
   }
 
   // Packs channel blocks gb0 .. gb0 + count - 1 (one group's, consecutive: a span, GemmConfig::pack_span)
-  // into dsts and notes which need the exact kernels: in one pass over the filter where a packer reads runs
-  // of contiguous input channels (split and bf16 pairs), else block after block.
+  // into dsts and notes which need the exact kernels (tiny_blocks_): in one pass over the filter where the
+  // packer reads runs of contiguous input channels (split, bf16 pairs), else block after block.
   void pack_group_blocks(const void* filter, std::int64_t gb0, std::int64_t count, void* const* dsts) {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), g = gb0 / nb;
     const std::span<const Block> blocks(blocks_.data() + gb0 % nb, static_cast<std::size_t>(count));
     // The flags gathered here and stored once: tiny_blocks_ neighbours other threads' blocks.
     std::array<unsigned char, kMaxPackSpan> special{};
-    const bool runs = p_.filter_strides[1] == 1 && count > 1;
-    if (config_.split && (runs || count == 1)) {
-      w_reader_.visit(filter,
-                      [&](auto get) { pack_split_blocks(get, filter, g, blocks, dsts, special.data()); });
-    } else if (runs && bf16_pairs_packer()) {
+    const bool runs = p_.filter_strides[1] == 1;
+    if (config_.split) {
+      w_reader_.visit(filter, [&](auto get) {
+        if (runs) {
+          pack_split_blocks(get, filter, g, blocks, dsts, special.data());
+          return;
+        }
+        for (std::size_t j = 0; j < blocks.size(); ++j)
+          pack_split_blocks(get, filter, g, blocks.subspan(j, 1), dsts + j, special.data() + j);
+      });
+    } else if (runs && count > 1 && bf16_pairs_packer()) {
       if (p_.filter_dtype == DType::bf16)
         pack_bf16_runs(static_cast<const std::uint16_t*>(filter), g, blocks, dsts, special.data());
       else
         pack_bf16_runs(static_cast<const std::uint8_t*>(filter), g, blocks, dsts, special.data());
     } else {
-      for (std::int64_t j = 0; j < count; ++j) pack_group_block(filter, gb0 + j, dsts[j]);
-      return;
+      for (std::size_t j = 0; j < blocks.size(); ++j)
+        special[j] = pack_one_block(filter, g, blocks[j], dsts[j]);
     }
     std::copy_n(special.begin(), count, tiny_blocks_.begin() + gb0);
   }
@@ -504,31 +513,22 @@ class GemmEngine final : public EngineImpl {
            (p_.filter_dtype == DType::bf16 || (w_reader_.bf16_table() != nullptr && ks_.widen8 != nullptr));
   }
 
-  // Packs channel block gb % nb of group gb / nb into dst and notes whether it needs the exact kernels.
-  void pack_group_block(const void* filter, std::int64_t gb, void* dst) {
-    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
-    const Block& b = blocks_[static_cast<std::size_t>(gb % nb)];
-    if (config_.split) {
-      pack_group_blocks(filter, gb, 1, &dst);
-      return;
-    }
+  // Packs block b of group g into dst (inputs not split); whether it needs the exact kernels.
+  bool pack_one_block(const void* filter, std::int64_t g, const Block& b, void* dst) const {
     if (bf16_pairs_packer()) {
       auto* wpack = static_cast<std::uint16_t*>(dst);
-      tiny_blocks_[static_cast<std::size_t>(gb)] =
-          p_.filter_dtype == DType::bf16
-              ? pack_bf16_block(static_cast<const std::uint16_t*>(filter), gb / nb, b, wpack)
-              : pack_bf16_block(static_cast<const std::uint8_t*>(filter), gb / nb, b, wpack);
-      return;
+      return p_.filter_dtype == DType::bf16
+                 ? pack_bf16_block(static_cast<const std::uint16_t*>(filter), g, b, wpack)
+                 : pack_bf16_block(static_cast<const std::uint8_t*>(filter), g, b, wpack);
     }
-    if (!bf16_ && w_reader_.widens(ks_) && pack_f32_block(filter, gb / nb, b, static_cast<float*>(dst))) {
-      tiny_blocks_[static_cast<std::size_t>(gb)] = false;
-      return;
-    }
+    if (!bf16_ && w_reader_.widens(ks_) && pack_f32_block(filter, g, b, static_cast<float*>(dst)))
+      return false;
+    bool special = false;
     w_reader_.visit(filter, [&](auto get) {
-      tiny_blocks_[static_cast<std::size_t>(gb)] =
-          bf16_ ? pack_block(get, gb / nb, b, static_cast<std::uint16_t*>(dst))
-                : pack_block(get, gb / nb, b, static_cast<float*>(dst));
+      special = bf16_ ? pack_block(get, g, b, static_cast<std::uint16_t*>(dst))
+                      : pack_block(get, g, b, static_cast<float*>(dst));
     });
+    return special;
   }
 
   // Whether the whole packed filter is allocated (a plan that keeps it, or blocks taken in turn by each
@@ -616,10 +616,6 @@ class GemmEngine final : public EngineImpl {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size()), k = u % spans_per_group();
     return {u / spans_per_group() * nb + k * config_.pack_span,
             std::min<std::int64_t>(config_.pack_span, nb - k * config_.pack_span)};
-  }
-  std::int64_t span_of(std::int64_t gb) const {
-    const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
-    return gb / nb * spans_per_group() + gb % nb / config_.pack_span;
   }
   bool narrow(std::int64_t gb) const {
     const std::int64_t nb = static_cast<std::int64_t>(blocks_.size());
@@ -951,16 +947,18 @@ class GemmEngine final : public EngineImpl {
   }
 
   // pack_bf16_block for a filter with contiguous input channels, for consecutive blocks of group g (one, or
-  // a span: GemmConfig::pack_span) into dsts: per pair of output channels and tap, each block's run paired
-  // into its place, the blocks' runs one after another along the filter row. special[j]: whether block j
-  // holds a special value.
+  // a span: GemmConfig::pack_span) into dsts: per pair of output channels, each block's runs of every tap
+  // paired into its places, block after block, so a pair's reads stay within the span's runs of its row.
+  // special[j]: whether block j holds a special value.
   template <class Src>
   void pack_bf16_runs(const Src* filter, std::int64_t g, std::span<const Block> blocks, void* const* dsts,
                       unsigned char* special) const {
     const auto& s = p_.filter_strides;
     const Block& last = blocks.back();
     const std::int64_t span_valid = std::min(last.ci0 + last.nv * lanes_, p_.Cin_g) - blocks.front().ci0;
-    std::vector<std::uint16_t> wide(static_cast<std::size_t>(2 * config_.nv * lanes_));  // for pair_runs
+    // 8-bit codes widened for pair_runs where the set pairs them only as bf16
+    std::vector<std::uint16_t> wide(
+        std::is_same_v<Src, std::uint8_t> ? static_cast<std::size_t>(2 * config_.nv * lanes_) : 0);
     for (std::int64_t co = 0; co < kPrefetchChannels; ++co)
       prefetch_channel(filter, g, blocks.front(), co, span_valid);
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
@@ -969,13 +967,13 @@ class GemmEngine final : public EngineImpl {
       const Src* src0 = filter + (g * p_.Cout_g + co) * s[0];
       const Src* src1 = co + 1 < p_.Cout_g ? src0 + s[0] : nullptr;
       for (std::size_t j = 0; j < blocks.size(); ++j) {
+        const Block& b = blocks[j];
+        const std::int64_t cbw = b.nv * lanes_, valid = std::min(cbw, p_.Cin_g - b.ci0);
+        std::uint16_t* const dst_co = static_cast<std::uint16_t*>(dsts[j]) + co * cbw;
         for (std::int64_t t = 0; t < taps_; ++t) {
-          const std::int64_t at = tap_src_[static_cast<std::size_t>(t)];
-          const Block& b = blocks[j];
-          const std::int64_t cbw = b.nv * lanes_, at_b = at + b.ci0;
-          std::uint16_t* out = static_cast<std::uint16_t*>(dsts[j]) + co * cbw + tap_pos(t) * kpad_ * cbw;
-          special[j] |= pair_runs(src0 + at_b, src1 ? src1 + at_b : nullptr, std::min(cbw, p_.Cin_g - b.ci0),
-                                  out, wide.data());
+          const std::int64_t at = tap_src_[static_cast<std::size_t>(t)] + b.ci0;
+          special[j] |= pair_runs(src0 + at, src1 ? src1 + at : nullptr, valid,
+                                  dst_co + tap_pos(t) * kpad_ * cbw, wide.data());
         }
       }
     }

@@ -105,8 +105,8 @@ struct GemmConfig {
   bool uncached_y = false;
   std::int64_t weight_budget = 0, plane_budget = 0;  // bytes of L2 for a block's filter, a staged plane
   // Consecutive channel blocks of a group packed together, in one pass over a filter whose input channels
-  // are contiguous (NDHWC): for each output channel and tap the packers read the blocks' runs one after
-  // another, one longer run along the filter row, where each block's own pass would read short runs a row
+  // are contiguous (NDHWC): for each pair of output channels the packers read the blocks' runs close
+  // together, neighbouring lines of the filter row, where each block's own pass would read short runs a row
   // apart (whole 64-byte lines or less, which the hardware prefetchers do not follow). A call that packs as
   // it goes (no kept filter) packs that many blocks into a thread's buffers, then runs their tasks.
   int pack_span = 1;
