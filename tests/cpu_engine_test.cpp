@@ -2715,7 +2715,14 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
               << std::hex << std::bit_cast<std::uint32_t>(v);
         }
       }
-    if (ks.store_rows_bf16)
+    // The row stores against numeric's encoders: bf16 (on CPUs with avx512_bf16, by vcvtne2ps2bf16) and fp16.
+    using StoreRows = decltype(ks.store_rows_bf16);
+    using Encode = std::uint16_t (*)(float, bool);
+    for (const auto& [store_rows, encode, rounds_to_inf] :
+         {std::tuple<StoreRows, Encode, std::uint32_t>{ks.store_rows_bf16, numeric::f32_to_bf16, 0x7F7F8000u},
+          std::tuple<StoreRows, Encode, std::uint32_t>{ks.store_rows_fp16, numeric::f32_to_fp16,
+                                                       0x477FF000u}}) {
+      if (store_rows == nullptr) continue;
       for (bool saturate : {false, true})
         for (std::int64_t nc : {1, 16, 32, 33, 64, 95}) {
           const std::int64_t nr = 7, a_rs = 100, y_rs = nc + 5;
@@ -2731,16 +2738,17 @@ TEST(CpuKernels, VectorEncodersMatchNumeric) {
           a[static_cast<std::size_t>(4 * a_rs + nc - 1)] = std::bit_cast<float>(0x807F4000u);
           // In row 2, values that overflow (saturate clamps them): -inf, and one that rounds up to inf.
           a[static_cast<std::size_t>(2 * a_rs)] = -std::numeric_limits<float>::infinity();
-          a[static_cast<std::size_t>(2 * a_rs + nc - 1)] = std::bit_cast<float>(0x7F7F8000u);
+          a[static_cast<std::size_t>(2 * a_rs + nc - 1)] = std::bit_cast<float>(rounds_to_inf);
           std::vector<std::uint16_t> yb(static_cast<std::size_t>(nr * y_rs), 0xAAAA);
-          ks.store_rows_bf16(a.data(), a_rs, nr, nc, yb.data(), y_rs, saturate);
+          store_rows(a.data(), a_rs, nr, nc, yb.data(), y_rs, saturate);
           for (std::int64_t r = 0; r < nr; ++r)
             for (std::int64_t c = 0; c < y_rs; ++c)
-              ASSERT_EQ(
-                  yb[static_cast<std::size_t>(r * y_rs + c)],
-                  c < nc ? numeric::f32_to_bf16(a[static_cast<std::size_t>(r * a_rs + c)], saturate) : 0xAAAA)
-                  << "row " << r << " column " << c << " of " << nc;
+              ASSERT_EQ(yb[static_cast<std::size_t>(r * y_rs + c)],
+                        c < nc ? encode(a[static_cast<std::size_t>(r * a_rs + c)], saturate) : 0xAAAA)
+                  << "row " << r << " column " << c << " of " << nc
+                  << (encode == numeric::f32_to_fp16 ? " (fp16)" : " (bf16)");
         }
+    }
     if (ks.transpose_bf16_pairs)
       for (std::int64_t nr : {2, 30, 32, 34, 66})
         for (std::int64_t nc : {1, 15, 16, 17, 40}) {

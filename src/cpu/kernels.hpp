@@ -173,6 +173,9 @@ struct KernelSet {
   // y[r * y_rs + c] = a[r * a_rs + c] rounded as to_bf16 does, r < nr, c < nc. Null where the ISA has none.
   void (*store_rows_bf16)(const float* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
                           std::uint16_t* y, std::int64_t y_rs, bool saturate) = nullptr;
+  // The same as store_rows_bf16, rounded as to_fp16 does. Null where the ISA has none.
+  void (*store_rows_fp16)(const float* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc,
+                          std::uint16_t* y, std::int64_t y_rs, bool saturate) = nullptr;
   // fp32 -> fp16 (round to nearest even; saturate as for bf16), n values.
   void (*to_fp16)(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate) = nullptr;
   // fp32 -> bf16 (round to nearest even; saturate clamps overflow and inf to the largest finite), n values.

@@ -220,9 +220,11 @@ void to_bf16(const float* src, std::uint16_t* dst, std::int64_t n, bool saturate
   }
 }
 
-// y[r * y_rs + c] = bf16(a[r * a_rs + c]) for r < nr, c < nc: to_bf16 over the rows of a tile in one call.
-void store_rows_bf16(const float* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc, std::uint16_t* y,
-                     std::int64_t y_rs, bool saturate) {
+// y[r * y_rs + c] = a[r * a_rs + c] rounded by Round (bf16_round, fp16_round) for r < nr, c < nc: to_bf16
+// or to_fp16 over the rows of a tile in one call; rows holding a NaN go through numeric's Encode.
+template <__m256i (*Round)(__m512, bool), std::uint16_t (*Encode)(float, bool)>
+void store_rows16(const float* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc, std::uint16_t* y,
+                  std::int64_t y_rs, bool saturate) {
   const std::int64_t full = nc / 16 * 16;
   const auto tail = static_cast<__mmask16>((1u << (nc - full)) - 1u);
   for (std::int64_t r = 0; r < nr; ++r) {
@@ -232,16 +234,21 @@ void store_rows_bf16(const float* a, std::int64_t a_rs, std::int64_t nr, std::in
     for (std::int64_t c = 0; c < full; c += 16) {
       const __m512 v = _mm512_loadu_ps(src + c);
       nan |= has_nan(v, 0xFFFF);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), bf16_round(v, saturate));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), Round(v, saturate));
     }
     if (tail != 0) {
       const __m512 v = _mm512_maskz_loadu_ps(tail, src + full);
       nan |= has_nan(v, tail);
-      _mm256_mask_storeu_epi16(dst + full, tail, bf16_round(v, saturate));
+      _mm256_mask_storeu_epi16(dst + full, tail, Round(v, saturate));
     }
     if (nan)  // rare: numeric's encoding of the NaN lanes (and the rest again)
-      for (std::int64_t c = 0; c < nc; ++c) dst[c] = numeric::f32_to_bf16(src[c], saturate);
+      for (std::int64_t c = 0; c < nc; ++c) dst[c] = Encode(src[c], saturate);
   }
+}
+
+void store_rows_bf16(const float* a, std::int64_t a_rs, std::int64_t nr, std::int64_t nc, std::uint16_t* y,
+                     std::int64_t y_rs, bool saturate) {
+  store_rows16<bf16_round, numeric::f32_to_bf16>(a, a_rs, nr, nc, y, y_rs, saturate);
 }
 
 // store_rows_bf16 by vcvtne2ps2bf16 (avx512_bf16: only where the CPU has it), 32 values an instruction. It
@@ -1037,6 +1044,7 @@ const KernelSet& avx512_kernels() {
     s.to_bf16 = &to_bf16;
     s.store_rows_bf16 = cpu_supports(Isa::avx512_bf16) ? &store_rows_bf16_cvt : &store_rows_bf16;
     s.to_fp16 = &to_fp16;
+    s.store_rows_fp16 = &store_rows16<fp16_round, numeric::f32_to_fp16>;
     s.store_transposed = &store_transposed;
     s.transposes_uncached = true;
     const EightBitKernels eight_bit = avx512_eight_bit_kernels(cpu_has_avx512_vbmi());

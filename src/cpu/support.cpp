@@ -197,9 +197,12 @@ bool y_outgrows_l2(const Problem& p, const CpuModel& cpu, int threads) {
 
 void store_channel_last(const Problem& p, const KernelSet& ks, const float* tile, std::int64_t cbw,
                         std::int64_t m, std::int64_t valid, void* y, std::int64_t at, std::int64_t y_ps) {
-  if (p.y_dtype == DType::bf16 && ks.store_rows_bf16) {
-    ks.store_rows_bf16(tile, cbw, m, valid, static_cast<std::uint16_t*>(y) + at, y_ps,
-                       p.overflow == OverflowMode::saturate);
+  const auto store_rows16 = p.y_dtype == DType::bf16  ? ks.store_rows_bf16
+                            : p.y_dtype == DType::f16 ? ks.store_rows_fp16
+                                                      : nullptr;
+  if (store_rows16 != nullptr) {
+    store_rows16(tile, cbw, m, valid, static_cast<std::uint16_t*>(y) + at, y_ps,
+                 p.overflow == OverflowMode::saturate);
   } else if (y_ps == valid && valid == cbw) {  // the pixels' channels follow on: one run
     store_run(p, ks, tile, 1, y, at, 1, m * valid);
   } else if (p.y_dtype != DType::f32) {
