@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -3085,6 +3087,21 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
     }
     if (ks.widen8 == nullptr) continue;
     ++sets_checked;
+    // widen8_pairs and, where the set has it, widen8_pairs_bytes with the table split beforehand.
+    using WidenPairs =
+        std::function<bool(const std::uint8_t*, const std::uint8_t*, std::uint16_t*, std::int64_t, bool)>;
+    const auto pair_forms = [&ks](const std::vector<std::uint16_t>& table) {
+      std::vector<WidenPairs> forms{[&ks, &table](const std::uint8_t* a, const std::uint8_t* b,
+                                                  std::uint16_t* out, std::int64_t count, bool nonfinite) {
+        return ks.widen8_pairs(a, b, table.data(), out, count, nonfinite);
+      }};
+      if (ks.widen8_pairs_bytes != nullptr)
+        forms.push_back(
+            [&ks, split = std::make_shared<cpu::Lut8Bytes>(table.data())](
+                const std::uint8_t* a, const std::uint8_t* b, std::uint16_t* out, std::int64_t count,
+                bool nonfinite) { return ks.widen8_pairs_bytes(a, b, *split, out, count, nonfinite); });
+      return forms;
+    };
     std::vector<std::uint16_t> lut(256);
     for (std::size_t c = 0; c < lut.size(); ++c) lut[c] = static_cast<std::uint16_t>(any(rng));
     std::vector<std::uint8_t> src(600);
@@ -3100,22 +3117,23 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
       }
       if (ks.widen8_pairs == nullptr || len > 300) continue;
       // Pairs from two runs (the second 300 codes on), or from one with zeros beside it; the special values
-      // reported as the scans would find them.
-      for (bool second : {true, false}) {
-        std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len + 3), 0xAAAA);
-        const bool special = ks.widen8_pairs(src.data(), second ? src.data() + 300 : nullptr, lut.data(),
-                                             pairs.data(), len, true);
-        for (std::int64_t i = 0; i < 2 * len + 3; ++i) {
-          const std::size_t k = static_cast<std::size_t>(i / 2);
-          const std::uint16_t want = i >= 2 * len ? 0xAAAA
-                                     : i % 2 == 0 ? lut[src[k]]
-                                     : second     ? lut[src[k + 300]]
-                                                  : 0;
-          ASSERT_EQ(pairs[static_cast<std::size_t>(i)], want) << len << " pairs at " << i << ", " << second;
+      // reported as the scans would find them. Both forms: the table as it is, and split into bytes.
+      for (const auto& widen_pairs : pair_forms(lut))
+        for (bool second : {true, false}) {
+          std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len + 3), 0xAAAA);
+          const bool special =
+              widen_pairs(src.data(), second ? src.data() + 300 : nullptr, pairs.data(), len, true);
+          for (std::int64_t i = 0; i < 2 * len + 3; ++i) {
+            const std::size_t k = static_cast<std::size_t>(i / 2);
+            const std::uint16_t want = i >= 2 * len ? 0xAAAA
+                                       : i % 2 == 0 ? lut[src[k]]
+                                       : second     ? lut[src[k + 300]]
+                                                    : 0;
+            ASSERT_EQ(pairs[static_cast<std::size_t>(i)], want) << len << " pairs at " << i << ", " << second;
+          }
+          const auto n2 = static_cast<std::int64_t>(2 * len);
+          EXPECT_EQ(special, ks.any_tiny_bf16(pairs.data(), n2) || ks.any_nonfinite_bf16(pairs.data(), n2));
         }
-        const auto n2 = static_cast<std::int64_t>(2 * len);
-        EXPECT_EQ(special, ks.any_tiny_bf16(pairs.data(), n2) || ks.any_nonfinite_bf16(pairs.data(), n2));
-      }
     }
     // The report alone: a table of ordinary values but for one tiny (code 7) and one infinite (code 9), and
     // runs of ordinary codes with one of those planted at each end of either run.
@@ -3127,8 +3145,10 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
     for (std::int64_t len : {1, 16, 17, 40}) {
       std::vector<std::uint8_t> a(static_cast<std::size_t>(len), 3), b(a);
       std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len));
-      for (bool nonfinite : {false, true})
-        EXPECT_FALSE(ks.widen8_pairs(a.data(), b.data(), clean.data(), pairs.data(), len, nonfinite));
+      const auto forms = pair_forms(clean);
+      for (const auto& widen_pairs : forms)
+        for (bool nonfinite : {false, true})
+          EXPECT_FALSE(widen_pairs(a.data(), b.data(), pairs.data(), len, nonfinite));
       for (std::uint8_t code : {std::uint8_t{7}, std::uint8_t{9}})
         for (auto* run : {&a, &b})
           for (std::int64_t at : {std::int64_t{0}, len - 1}) {
@@ -3136,10 +3156,11 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
             planted[static_cast<std::size_t>(at)] = code;
             const std::uint8_t* pa = run == &a ? planted.data() : a.data();
             const std::uint8_t* pb = run == &b ? planted.data() : b.data();
-            for (bool nonfinite : {false, true})
-              EXPECT_EQ(ks.widen8_pairs(pa, pb, clean.data(), pairs.data(), len, nonfinite),
-                        code == 7 || nonfinite)
-                  << "code " << int{code} << " at " << at << " of " << len << ", nonfinite " << nonfinite;
+            for (std::size_t f = 0; f < forms.size(); ++f)
+              for (bool nonfinite : {false, true})
+                EXPECT_EQ(forms[f](pa, pb, pairs.data(), len, nonfinite), code == 7 || nonfinite)
+                    << "code " << int{code} << " at " << at << " of " << len << ", nonfinite " << nonfinite
+                    << ", form " << f;
           }
     }
   }

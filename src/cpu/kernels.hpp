@@ -4,6 +4,7 @@
 // fp32 [M][NV * lanes] tile. The engine (gemm_engine.cpp) owns layouts, phases, packing and threading.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 
@@ -119,6 +120,18 @@ inline constexpr int kMaxNv = 4;
 inline constexpr int kMaxM = 14;
 inline constexpr int kMaxSharedWTaps = 3;
 
+// A widening table of 256 16-bit values as its low bytes (bytes[c]) and its high bytes (bytes[256 + c]),
+// split once where a kernel looks it up by byte permutes (KernelSet::widen8_pairs_bytes).
+struct Lut8Bytes {
+  alignas(64) std::array<std::uint8_t, 512> bytes{};
+  explicit Lut8Bytes(const std::uint16_t* lut) {
+    for (std::size_t c = 0; c < 256; ++c) {
+      bytes[c] = static_cast<std::uint8_t>(lut[c] & 0xFF);
+      bytes[256 + c] = static_cast<std::uint8_t>(lut[c] >> 8);
+    }
+  }
+};
+
 struct KernelSet {
   int lanes = 0;                            // fp32 lanes per vector
   int max_m[kMaxNv + 1] = {};               // largest M per NV; 0 where NV is not offered
@@ -193,6 +206,10 @@ struct KernelSet {
   // the ISA has none.
   bool (*widen8_pairs)(const std::uint8_t* a, const std::uint8_t* b, const std::uint16_t* lut,
                        std::uint16_t* out, std::int64_t n, bool nonfinite) = nullptr;
+  // widen8_pairs with the table split into bytes beforehand (Lut8Bytes): with VBMI's byte permutes, where the
+  // CPU has them; null elsewhere.
+  bool (*widen8_pairs_bytes)(const std::uint8_t* a, const std::uint8_t* b, const Lut8Bytes& lut,
+                             std::uint16_t* out, std::int64_t n, bool nonfinite) = nullptr;
   // bf16 and fp16 codes -> fp32 (exact), n values. Null where the ISA has none.
   void (*bf16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
   void (*fp16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;

@@ -459,7 +459,8 @@ void to_fp8_e4m3fn(const float* src, std::uint8_t* dst, std::int64_t n, bool sat
 // byte 8 k + r for r < 8, 32 + 8 k + r - 8 for the rest (interleave: the order from which vpunpcklbw and
 // vpunpckhbw give bytes 0-31 and 32-63 in sequence).
 struct BytePicks {
-  alignas(64) std::array<std::uint8_t, 64> high{}, low{}, fp32_low{}, interleave{}, top_half{}, low_half{};
+  alignas(64) std::array<std::uint8_t, 64> high{}, low{}, fp32_low{}, interleave{}, top_half{}, low_half{},
+      pair_interleave{};
 };
 constexpr BytePicks kBytePicks = [] {  // (constexpr: no code of this file runs before the CPU is checked)
   BytePicks b;
@@ -471,6 +472,11 @@ constexpr BytePicks kBytePicks = [] {  // (constexpr: no code of this file runs 
     b.fp32_low[i] = static_cast<std::uint8_t>(4 * (i / 2) % 128);
     const std::size_t k = i / 16, r = i % 16;
     b.interleave[i] = static_cast<std::uint8_t>(r < 8 ? 8 * k + r : 32 + 8 * k + r - 8);
+  }
+  // Over (a, b): the sequence a0 b0 a1 b1 ... in interleave's order.
+  for (std::size_t i = 0; i < 64; ++i) {
+    const std::size_t j = b.interleave[i];
+    b.pair_interleave[i] = static_cast<std::uint8_t>(j % 2 == 0 ? j / 2 : 64 + j / 2);
   }
   return b;
 }();
@@ -751,6 +757,45 @@ CONV3D_DX_VBMI void widen8_vbmi(const std::uint8_t* src, const std::uint16_t* lu
     _mm512_mask_storeu_epi16(dst + i, static_cast<__mmask32>(m), first);
     _mm512_mask_storeu_epi16(dst + i + 32, static_cast<__mmask32>(m >> 32), second);
   }
+}
+
+// widen8_pairs with VBMI, 32 pairs at a time: one vpermt2b puts the two runs' codes in pair order (and in
+// the order the in-lane interleave leaves in sequence), then the table's bytes are looked up as widen8_vbmi
+// does, from a table split beforehand (a pair of runs of one block's width is a call: splitting the table
+// per call would cost more than the lookups).
+CONV3D_DX_VBMI bool widen8_pairs_vbmi(const std::uint8_t* a, const std::uint8_t* b, const Lut8Bytes& lut,
+                                      std::uint16_t* out, std::int64_t n, bool nonfinite) {
+  __m512i lo[4], hi[4];  // [k]: the low and high bytes of entries 64 k to 64 k + 63
+  for (int k = 0; k < 4; ++k) {
+    lo[k] = _mm512_load_si512(lut.bytes.data() + 64 * k);
+    hi[k] = _mm512_load_si512(lut.bytes.data() + 256 + 64 * k);
+  }
+  const __m512i picks = _mm512_load_si512(kBytePicks.pair_interleave.data());
+  __mmask32 special = 0;
+  for (std::int64_t i = 0; i < n; i += 32) {
+    const __mmask32 m = tail32(n - i);
+    const __m512i va = _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(m, a + i));
+    const __m512i vb =
+        b == nullptr ? _mm512_setzero_si512() : _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(m, b + i));
+    const __m512i codes = _mm512_permutex2var_epi8(va, picks, vb);
+    const __mmask64 top = _mm512_movepi8_mask(codes);
+    const __m512i l = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], codes, lo[1]),
+                                             _mm512_permutex2var_epi8(lo[2], codes, lo[3]));
+    const __m512i h = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], codes, hi[1]),
+                                             _mm512_permutex2var_epi8(hi[2], codes, hi[3]));
+    // (no second run: its lanes zero)
+    const __mmask32 keep = b == nullptr ? 0x55555555u : ~__mmask32{0};
+    const __m512i first = _mm512_maskz_mov_epi16(keep, _mm512_unpacklo_epi8(l, h)),
+                  second = _mm512_maskz_mov_epi16(keep, _mm512_unpackhi_epi8(l, h));
+    const std::int64_t left = n - i;  // pairs from out + 2 i
+    _mm512_mask_storeu_epi32(out + 2 * i, tail16(left), first);
+    special |= special_lanes(first, tail32(2 * left), nonfinite);
+    if (left > 16) {
+      _mm512_mask_storeu_epi32(out + 2 * i + 32, tail16(left - 16), second);
+      special |= special_lanes(second, tail32(2 * (left - 16)), nonfinite);
+    }
+  }
+  return special != 0;
 }
 
 // 16 x 16 transpose in four stages of block swaps (blocks of 8, 4, 2, 1 lanes).
@@ -1070,6 +1115,7 @@ const KernelSet& avx512_kernels() {
     s.to_fp8_e4m3fn = eight_bit.to_fp8_e4m3fn;
     s.widen8 = eight_bit.widen8;
     s.widen8_pairs = &widen8_pairs;
+    if (cpu_has_avx512_vbmi()) s.widen8_pairs_bytes = &widen8_pairs_vbmi;
     s.bf16_to_f32 = &bf16_to_f32;
     s.fp16_to_f32 = &fp16_to_f32;
     s.round_hf32 = &round_hf32;
