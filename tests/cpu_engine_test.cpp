@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <functional>
 #include <initializer_list>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -3051,11 +3049,11 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
     const cpu::KernelSet& ks = isa == Isa::avx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
     // The set's kernels; for AVX-512 both forms, with VBMI (which the set takes where the CPU has it) and
     // without.
-    std::vector<cpu::EightBitKernels> variants = {{ks.to_hif8, ks.to_fp8_e4m3fn, ks.widen8}};
+    std::vector<cpu::EightBitKernels> variants = {{ks.to_hif8, ks.to_fp8_e4m3fn, ks.widen8, ks.widen8_pairs}};
     if (isa == Isa::avx512) {
       const cpu::EightBitKernels taken = cpu::avx512_eight_bit_kernels(cpu_has_avx512_vbmi());
       EXPECT_TRUE(ks.to_hif8 == taken.to_hif8 && ks.to_fp8_e4m3fn == taken.to_fp8_e4m3fn &&
-                  ks.widen8 == taken.widen8);
+                  ks.widen8 == taken.widen8 && ks.widen8_pairs == taken.widen8_pairs);
       variants = {cpu::avx512_eight_bit_kernels(false)};
       if (cpu_has_avx512_vbmi()) variants.push_back(cpu::avx512_eight_bit_kernels(true));
     }
@@ -3087,23 +3085,9 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
     }
     if (ks.widen8 == nullptr) continue;
     ++sets_checked;
-    // widen8_pairs and, where the set has it, widen8_pairs_bytes with the table split beforehand.
-    using WidenPairs =
-        std::function<bool(const std::uint8_t*, const std::uint8_t*, std::uint16_t*, std::int64_t, bool)>;
-    const auto pair_forms = [&ks](const std::vector<std::uint16_t>& table) {
-      std::vector<WidenPairs> forms{[&ks, &table](const std::uint8_t* a, const std::uint8_t* b,
-                                                  std::uint16_t* out, std::int64_t count, bool nonfinite) {
-        return ks.widen8_pairs(a, b, table.data(), out, count, nonfinite);
-      }};
-      if (ks.widen8_pairs_bytes != nullptr)
-        forms.push_back(
-            [&ks, split = std::make_shared<cpu::Lut8Bytes>(table.data())](
-                const std::uint8_t* a, const std::uint8_t* b, std::uint16_t* out, std::int64_t count,
-                bool nonfinite) { return ks.widen8_pairs_bytes(a, b, *split, out, count, nonfinite); });
-      return forms;
-    };
     std::vector<std::uint16_t> lut(256);
     for (std::size_t c = 0; c < lut.size(); ++c) lut[c] = static_cast<std::uint16_t>(any(rng));
+    const cpu::Lut8 split(lut.data());
     std::vector<std::uint8_t> src(600);
     for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i < 256 ? i : any(rng));
     for (std::int64_t len : {1, 15, 31, 32, 33, 65, 127, 128, 129, 191, 256, 300, 600}) {
@@ -3115,14 +3099,15 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
           ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << "form " << f << ", " << len << " at " << i;
         }
       }
-      if (ks.widen8_pairs == nullptr || len > 300) continue;
+      if (len > 300) continue;
       // Pairs from two runs (the second 300 codes on), or from one with zeros beside it; the special values
-      // reported as the scans would find them. Both forms: the table as it is, and split into bytes.
-      for (const auto& widen_pairs : pair_forms(lut))
+      // reported as the scans would find them.
+      for (const cpu::EightBitKernels& v : variants)
         for (bool second : {true, false}) {
+          if (v.widen8_pairs == nullptr) continue;
           std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len + 3), 0xAAAA);
           const bool special =
-              widen_pairs(src.data(), second ? src.data() + 300 : nullptr, pairs.data(), len, true);
+              v.widen8_pairs(src.data(), second ? src.data() + 300 : nullptr, split, pairs.data(), len, true);
           for (std::int64_t i = 0; i < 2 * len + 3; ++i) {
             const std::size_t k = static_cast<std::size_t>(i / 2);
             const std::uint16_t want = i >= 2 * len ? 0xAAAA
@@ -3142,27 +3127,28 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
     for (std::size_t c = 0; c < clean.size(); ++c) clean[c] = static_cast<std::uint16_t>(0x3F80 + c);
     clean[7] = 0x0001;
     clean[9] = 0xFF80;
-    for (std::int64_t len : {1, 16, 17, 40}) {
-      std::vector<std::uint8_t> a(static_cast<std::size_t>(len), 3), b(a);
-      std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len));
-      const auto forms = pair_forms(clean);
-      for (const auto& widen_pairs : forms)
+    const cpu::Lut8 clean_split(clean.data());
+    for (std::size_t f = 0; f < variants.size(); ++f)
+      for (std::int64_t len : {1, 16, 17, 40}) {
+        const auto widen_pairs = variants[f].widen8_pairs;
+        std::vector<std::uint8_t> a(static_cast<std::size_t>(len), 3), b(a);
+        std::vector<std::uint16_t> pairs(static_cast<std::size_t>(2 * len));
         for (bool nonfinite : {false, true})
-          EXPECT_FALSE(widen_pairs(a.data(), b.data(), pairs.data(), len, nonfinite));
-      for (std::uint8_t code : {std::uint8_t{7}, std::uint8_t{9}})
-        for (auto* run : {&a, &b})
-          for (std::int64_t at : {std::int64_t{0}, len - 1}) {
-            std::vector<std::uint8_t> planted = *run;
-            planted[static_cast<std::size_t>(at)] = code;
-            const std::uint8_t* pa = run == &a ? planted.data() : a.data();
-            const std::uint8_t* pb = run == &b ? planted.data() : b.data();
-            for (std::size_t f = 0; f < forms.size(); ++f)
+          EXPECT_FALSE(widen_pairs(a.data(), b.data(), clean_split, pairs.data(), len, nonfinite));
+        for (std::uint8_t code : {std::uint8_t{7}, std::uint8_t{9}})
+          for (auto* run : {&a, &b})
+            for (std::int64_t at : {std::int64_t{0}, len - 1}) {
+              std::vector<std::uint8_t> planted = *run;
+              planted[static_cast<std::size_t>(at)] = code;
+              const std::uint8_t* pa = run == &a ? planted.data() : a.data();
+              const std::uint8_t* pb = run == &b ? planted.data() : b.data();
               for (bool nonfinite : {false, true})
-                EXPECT_EQ(forms[f](pa, pb, pairs.data(), len, nonfinite), code == 7 || nonfinite)
+                EXPECT_EQ(widen_pairs(pa, pb, clean_split, pairs.data(), len, nonfinite),
+                          code == 7 || nonfinite)
                     << "code " << int{code} << " at " << at << " of " << len << ", nonfinite " << nonfinite
                     << ", form " << f;
-          }
-    }
+            }
+      }
   }
   if (sets_checked == 0) GTEST_SKIP() << "no instruction set on this CPU has vector 8-bit kernels";
 }

@@ -53,8 +53,6 @@ class GemmEngine final : public EngineImpl {
         dy_reader_(p_.dy_dtype, p_.input_rounding),
         w_reader_(p_.filter_dtype, p_.input_rounding) {
     const Problem& p = p_;
-    if (w_reader_.bf16_table() != nullptr && ks_.widen8_pairs_bytes != nullptr)
-      w_bytes_.emplace(w_reader_.bf16_table());
     taps_ = p.kernel[0] * p.kernel[1] * p.kernel[2];
     const std::int64_t cbw_max = static_cast<std::int64_t>(config.nv) * lanes_;
     // Flat planes: each (H phase, W phase) pair's rows of flat_width_ pixels, one region after another.
@@ -940,10 +938,9 @@ class GemmEngine final : public EngineImpl {
     if constexpr (std::is_same_v<Src, std::uint16_t>) {
       return ks_.interleave_bf16(p0, p1, out, n, config_.amx);
     } else {
+      if (ks_.widen8_pairs != nullptr)
+        return ks_.widen8_pairs(p0, p1, *w_reader_.bf16_lut(), out, n, config_.amx);
       const std::uint16_t* table = w_reader_.bf16_table();
-      if (ks_.widen8_pairs_bytes != nullptr && w_bytes_)
-        return ks_.widen8_pairs_bytes(p0, p1, *w_bytes_, out, n, config_.amx);
-      if (ks_.widen8_pairs != nullptr) return ks_.widen8_pairs(p0, p1, table, out, n, config_.amx);
       ks_.widen8(p0, table, wide, n);
       if (p1 != nullptr) ks_.widen8(p1, table, wide + n, n);
       return ks_.interleave_bf16(wide, p1 != nullptr ? wide + n : nullptr, out, n, config_.amx);
@@ -1827,7 +1824,6 @@ class GemmEngine final : public EngineImpl {
   std::vector<std::int64_t> dh_rank_;       // per kd * kH + kh: its rank (see the constructor)
   std::vector<TapGroup> tap_groups_;
   Reader dy_reader_, w_reader_;
-  std::optional<Lut8Bytes> w_bytes_;  // an 8-bit filter's table split for widen8_pairs_bytes
 };
 
 }  // namespace

@@ -120,12 +120,15 @@ inline constexpr int kMaxNv = 4;
 inline constexpr int kMaxM = 14;
 inline constexpr int kMaxSharedWTaps = 3;
 
-// A widening table of 256 16-bit values as its low bytes (bytes[c]) and its high bytes (bytes[256 + c]),
-// split once where a kernel looks it up by byte permutes (KernelSet::widen8_pairs_bytes).
-struct Lut8Bytes {
+// A widening table of 256 16-bit values, and the same split into its low bytes (bytes[c]) and high bytes
+// (bytes[256 + c]) for kernels that look it up by byte permutes; built once, where the table is made.
+struct Lut8 {
   alignas(64) std::array<std::uint8_t, 512> bytes{};
-  explicit Lut8Bytes(const std::uint16_t* lut) {
+  std::array<std::uint16_t, 256> values{};
+  Lut8() = default;
+  explicit Lut8(const std::uint16_t* lut) {
     for (std::size_t c = 0; c < 256; ++c) {
+      values[c] = lut[c];
       bytes[c] = static_cast<std::uint8_t>(lut[c] & 0xFF);
       bytes[256 + c] = static_cast<std::uint8_t>(lut[c] >> 8);
     }
@@ -201,15 +204,11 @@ struct KernelSet {
   // ISA has none.
   void (*widen8)(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst,
                  std::int64_t n) = nullptr;
-  // widen8 of two runs into bf16 channel pairs: out[2 i] = lut[a[i]], out[2 i + 1] = lut[b[i]] (0 when b is
-  // null), i < n; whether any value is tiny (as any_tiny_bf16) or, with nonfinite, not finite. Null where
-  // the ISA has none.
-  bool (*widen8_pairs)(const std::uint8_t* a, const std::uint8_t* b, const std::uint16_t* lut,
-                       std::uint16_t* out, std::int64_t n, bool nonfinite) = nullptr;
-  // widen8_pairs with the table split into bytes beforehand (Lut8Bytes): with VBMI's byte permutes, where the
-  // CPU has them; null elsewhere.
-  bool (*widen8_pairs_bytes)(const std::uint8_t* a, const std::uint8_t* b, const Lut8Bytes& lut,
-                             std::uint16_t* out, std::int64_t n, bool nonfinite) = nullptr;
+  // widen8 of two runs into bf16 channel pairs: out[2 i] = lut.values[a[i]], out[2 i + 1] = lut.values[b[i]]
+  // (0 when b is null), i < n; whether any value is tiny (as any_tiny_bf16) or, with nonfinite, not finite.
+  // Null where the ISA has none.
+  bool (*widen8_pairs)(const std::uint8_t* a, const std::uint8_t* b, const Lut8& lut, std::uint16_t* out,
+                       std::int64_t n, bool nonfinite) = nullptr;
   // bf16 and fp16 codes -> fp32 (exact), n values. Null where the ISA has none.
   void (*bf16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
   void (*fp16_to_f32)(const std::uint16_t* src, float* dst, std::int64_t n) = nullptr;
@@ -258,6 +257,7 @@ struct EightBitKernels {
   decltype(KernelSet::to_hif8) to_hif8;
   decltype(KernelSet::to_fp8_e4m3fn) to_fp8_e4m3fn;
   decltype(KernelSet::widen8) widen8;
+  decltype(KernelSet::widen8_pairs) widen8_pairs;
 };
 EightBitKernels avx512_eight_bit_kernels(bool vbmi);
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <optional>
 #include <vector>
 
 #include "common/parallel.hpp"
@@ -279,9 +278,6 @@ class PointwiseEngine final : public EngineImpl {
     const bool pair_runs = pairs_ && s[1] == 1 &&
                            (table != nullptr ? ks_.widen8_pairs != nullptr
                                              : p_.filter_dtype == DType::bf16 && ks_.interleave_bf16);
-    // The table split into bytes once, where the set widens pairs by byte permutes.
-    std::optional<Lut8Bytes> split;
-    if (table != nullptr && ks_.widen8_pairs_bytes != nullptr) split.emplace(table);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * units_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t unit = begin; unit < end; ++unit) {
@@ -295,9 +291,8 @@ class PointwiseEngine final : public EngineImpl {
               const bool second = co + 1 < p_.Cout_g;
               if (table != nullptr) {
                 const auto* codes = static_cast<const std::uint8_t*>(filter);
-                const std::uint8_t* const next = second ? codes + src + s[0] : nullptr;
-                any |= split ? ks_.widen8_pairs_bytes(codes + src, next, *split, w, valid, false)
-                             : ks_.widen8_pairs(codes + src, next, table, w, valid, false);
+                any |= ks_.widen8_pairs(codes + src, second ? codes + src + s[0] : nullptr,
+                                        *w_reader_.bf16_lut(), w, valid, false);
               } else {
                 const auto* bits = static_cast<const std::uint16_t*>(filter);
                 any |= ks_.interleave_bf16(bits + src, second ? bits + src + s[0] : nullptr, w, valid, false);

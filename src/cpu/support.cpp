@@ -78,13 +78,15 @@ Reader::Reader(DType dtype, InputRounding rounding) : dtype_(dtype), rounding_(r
   } else if (dtype == DType::hif8 || dtype == DType::fp8_e4m3fn) {
     kind_ = Kind::lut8;
     lut_bf16_exact_ = true;
+    std::uint16_t bf16[256];
     for (int c = 0; c < 256; ++c) {
       const auto code = static_cast<std::uint8_t>(c);
       lut_[c] = numeric::load_rounded(dtype, &code, 0, rounding);
       const auto bits = std::bit_cast<std::uint32_t>(lut_[c]);
-      lut_bf16_[c] = static_cast<std::uint16_t>(bits >> 16);
+      bf16[c] = static_cast<std::uint16_t>(bits >> 16);
       lut_bf16_exact_ = lut_bf16_exact_ && (bits & 0xFFFFu) == 0;
     }
+    lut_bf16_ = Lut8(bf16);
   }
 }
 
@@ -134,7 +136,7 @@ void Reader::widen(const KernelSet& ks, const void* base, std::int64_t at, std::
       std::uint16_t bits[kChunk];
       for (std::int64_t i = 0; i < n; i += kChunk) {
         const std::int64_t m = std::min(kChunk, n - i);
-        ks.widen8(codes + i, lut_bf16_, bits, m);
+        ks.widen8(codes + i, bf16_table(), bits, m);
         ks.bf16_to_f32(bits, dst + i, m);
       }
     }

@@ -111,10 +111,9 @@ class Reader {
   // dst[i] = element at + i of `base` as fp32 (the value get() gives), i < n: only when widens(ks).
   void widen(const KernelSet& ks, const void* base, std::int64_t at, std::int64_t n, float* dst) const;
   // An 8-bit type's 256 codes as bf16 bits (after the input rounding), or null unless every one is exact in
-  // bf16: the table for KernelSet::widen8.
-  const std::uint16_t* bf16_table() const {
-    return kind_ == Kind::lut8 && lut_bf16_exact_ ? lut_bf16_ : nullptr;
-  }
+  // bf16: the table for KernelSet::widen8 (bf16_table) and widen8_pairs (bf16_lut).
+  const Lut8* bf16_lut() const { return kind_ == Kind::lut8 && lut_bf16_exact_ ? &lut_bf16_ : nullptr; }
+  const std::uint16_t* bf16_table() const { return bf16_lut() ? lut_bf16_.values.data() : nullptr; }
 
   // Calls f(get) with get(i) -> float, element i of `base`.
   template <class F>
@@ -166,7 +165,7 @@ class Reader {
   DType dtype_;
   InputRounding rounding_;
   float lut_[256] = {};
-  std::uint16_t lut_bf16_[256] = {};  // lut_ as bf16, when every entry is exact in bf16 (lut_bf16_exact_)
+  Lut8 lut_bf16_;  // lut_ as bf16, when every entry is exact in bf16 (lut_bf16_exact_)
   bool lut_bf16_exact_ = false;
 };
 
