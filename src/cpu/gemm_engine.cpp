@@ -510,7 +510,8 @@ class GemmEngine final : public EngineImpl {
   // Whether bf16 pairs are packed by vector kernels (pack_bf16_block): a bf16 or 8-bit filter.
   bool bf16_pairs_packer() const {
     return bf16_ && ks_.interleave_bf16 && ks_.any_nonfinite_bf16 &&
-           (p_.filter_dtype == DType::bf16 || (w_reader_.bf16_table() != nullptr && ks_.widen8 != nullptr));
+           (p_.filter_dtype == DType::bf16 ||
+            (w_reader_.bf16_lut() != nullptr && ks_.widen8 != nullptr && ks_.widen8_pairs != nullptr));
   }
 
   // Packs block b of group g into dst (inputs not split); whether it needs the exact kernels.
@@ -929,22 +930,14 @@ class GemmEngine final : public EngineImpl {
   }
 
   // Two runs of n from p0 and p1 (p1 null: zeros) as bf16 channel pairs into out; whether a value is special
-  // (special_bf16). One kernel pairs and judges them, 8-bit codes widened on the way where the set has
-  // widen8_pairs, else first into wide (2 n elements); scanning each tap's pairs after them took 4 % of
-  // HiFloat8 e's time.
+  // (special_bf16). One kernel pairs and judges them, 8-bit codes widened on the way; scanning each tap's
+  // pairs after them took 4 % of HiFloat8 e's time.
   template <class Src>
-  bool pair_runs(const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out,
-                 std::uint16_t* wide) const {
-    if constexpr (std::is_same_v<Src, std::uint16_t>) {
+  bool pair_runs(const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out) const {
+    if constexpr (std::is_same_v<Src, std::uint16_t>)
       return ks_.interleave_bf16(p0, p1, out, n, config_.amx);
-    } else {
-      if (ks_.widen8_pairs != nullptr)
-        return ks_.widen8_pairs(p0, p1, *w_reader_.bf16_lut(), out, n, config_.amx);
-      const std::uint16_t* table = w_reader_.bf16_table();
-      ks_.widen8(p0, table, wide, n);
-      if (p1 != nullptr) ks_.widen8(p1, table, wide + n, n);
-      return ks_.interleave_bf16(wide, p1 != nullptr ? wide + n : nullptr, out, n, config_.amx);
-    }
+    else
+      return ks_.widen8_pairs(p0, p1, *w_reader_.bf16_lut(), out, n, config_.amx);
   }
 
   // pack_bf16_block for a filter with contiguous input channels, for consecutive blocks of group g (one, or
@@ -957,9 +950,6 @@ class GemmEngine final : public EngineImpl {
     const auto& s = p_.filter_strides;
     const Block& last = blocks.back();
     const std::int64_t span_valid = std::min(last.ci0 + last.nv * lanes_, p_.Cin_g) - blocks.front().ci0;
-    // 8-bit codes widened for pair_runs where the set pairs them only as bf16
-    std::vector<std::uint16_t> wide(
-        std::is_same_v<Src, std::uint8_t> ? static_cast<std::size_t>(2 * config_.nv * lanes_) : 0);
     for (std::int64_t co = 0; co < kPrefetchChannels; ++co)
       prefetch_channel(filter, g, blocks.front(), co, span_valid);
     for (std::int64_t co = 0; co < p_.Cout_g; co += 2) {
@@ -973,8 +963,8 @@ class GemmEngine final : public EngineImpl {
         std::uint16_t* const dst_co = static_cast<std::uint16_t*>(dsts[j]) + co * cbw;
         for (std::int64_t t = 0; t < taps_; ++t) {
           const std::int64_t at = tap_src_[static_cast<std::size_t>(t)] + b.ci0;
-          special[j] |= pair_runs(src0 + at, src1 ? src1 + at : nullptr, valid,
-                                  dst_co + tap_pos(t) * kpad_ * cbw, wide.data());
+          special[j] |=
+              pair_runs(src0 + at, src1 ? src1 + at : nullptr, valid, dst_co + tap_pos(t) * kpad_ * cbw);
         }
       }
     }
@@ -1025,12 +1015,9 @@ class GemmEngine final : public EngineImpl {
     std::vector<float> units, transposed;
     if ((s[1] != 1 && ncdhw) || one_run) units.resize(static_cast<std::size_t>(valid * taps_));
     if (s[1] != 1 && ncdhw) transposed.resize(static_cast<std::size_t>(taps_ * cbw));
-    // 8-bit codes widened for pair_runs where the set pairs them only as bf16
-    std::vector<std::uint16_t> wide(
-        std::is_same_v<Src, std::uint8_t> ? static_cast<std::size_t>(2 * valid * taps_) : 0);
     bool special = false;
     const auto pairs = [&](const Src* p0, const Src* p1, std::int64_t n, std::uint16_t* out) {
-      special |= pair_runs(p0, p1, n, out, wide.data());
+      special |= pair_runs(p0, p1, n, out);
     };
     const bool prefetch = s[1] == 1 || ncdhw;  // runs prefetch_channel knows
     for (std::int64_t co = 0; co < kPrefetchChannels && prefetch; ++co)

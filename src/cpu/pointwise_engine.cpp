@@ -274,10 +274,10 @@ class PointwiseEngine final : public EngineImpl {
     const bool widen = !pairs_ && s[1] == 1 && w_reader_.widens(ks_);
     // bf16 pairs from bf16 or 8-bit runs of contiguous input channels (any 1 x 1 x 1 NCDHW or NDHWC filter):
     // each pair of output channels' runs interleaved (8-bit codes widened by table on the way) by a kernel.
-    const std::uint16_t* table = w_reader_.bf16_table();
+    const Lut8* lut = w_reader_.bf16_lut();
     const bool pair_runs = pairs_ && s[1] == 1 &&
-                           (table != nullptr ? ks_.widen8_pairs != nullptr
-                                             : p_.filter_dtype == DType::bf16 && ks_.interleave_bf16);
+                           (lut != nullptr ? ks_.widen8_pairs != nullptr
+                                           : p_.filter_dtype == DType::bf16 && ks_.interleave_bf16);
     w_reader_.visit(filter, [&](auto get) {
       parallel_for(threads_, p_.G * units_, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t unit = begin; unit < end; ++unit) {
@@ -289,10 +289,10 @@ class PointwiseEngine final : public EngineImpl {
             for (std::int64_t co = 0; co < p_.Cout_g; co += 2, w += unit_ * 2) {
               const std::int64_t src = (g * p_.Cout_g + co) * s[0] + ci0;
               const bool second = co + 1 < p_.Cout_g;
-              if (table != nullptr) {
+              if (lut != nullptr) {
                 const auto* codes = static_cast<const std::uint8_t*>(filter);
-                any |= ks_.widen8_pairs(codes + src, second ? codes + src + s[0] : nullptr,
-                                        *w_reader_.bf16_lut(), w, valid, false);
+                any |= ks_.widen8_pairs(codes + src, second ? codes + src + s[0] : nullptr, *lut, w, valid,
+                                        false);
               } else {
                 const auto* bits = static_cast<const std::uint16_t*>(filter);
                 any |= ks_.interleave_bf16(bits + src, second ? bits + src + s[0] : nullptr, w, valid, false);
