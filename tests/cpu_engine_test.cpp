@@ -3095,7 +3095,7 @@ TEST(CpuKernels, VectorEightBitKernelsMatchNumeric) {
     for (std::int64_t len : {1, 15, 31, 32, 33, 65, 127, 128, 129, 191, 256, 300, 600}) {
       for (std::size_t f = 0; f < variants.size(); ++f) {
         std::vector<std::uint16_t> out(static_cast<std::size_t>(len + 3), 0xAAAA);
-        variants[f].widen8(src.data(), lut.data(), out.data(), len);
+        variants[f].widen8(src.data(), split, out.data(), len);
         for (std::int64_t i = 0; i < len + 3; ++i) {
           const std::size_t k = static_cast<std::size_t>(i);
           ASSERT_EQ(out[k], i < len ? lut[src[k]] : 0xAAAA) << "form " << f << ", " << len << " at " << i;

@@ -993,7 +993,7 @@ class GemmEngine final : public EngineImpl {
           if constexpr (std::is_same_v<Src, std::uint16_t>)
             std::memcpy(row, src + c * s[1], static_cast<std::size_t>(p_.Cout_g) * 2);
           else
-            ks_.widen8(src + c * s[1], w_reader_.bf16_table(), row, p_.Cout_g);
+            ks_.widen8(src + c * s[1], *w_reader_.bf16_lut(), row, p_.Cout_g);
         }
         ks_.store_transposed(block.data(), false, pairs, valid, pairs, dst + tap_pos(t) * tap_step,
                              StoreType::f32, cbw, false);
@@ -1046,7 +1046,7 @@ class GemmEngine final : public EngineImpl {
           if constexpr (std::is_same_v<Src, std::uint16_t>)
             return v;
           else
-            return w_reader_.bf16_table()[v];
+            return w_reader_.bf16_lut()->values[v];
         };
         for (std::int64_t t = 0; t < taps_; ++t) {
           std::uint16_t* out = dst_co + tap_pos(t) * tap_step;
@@ -1130,7 +1130,7 @@ class GemmEngine final : public EngineImpl {
     // dy with contiguous channels, per pixel (or per row where its pixels follow one another unpadded): bf16
     // or 8-bit into bf16 pairs (a copy or table lookup), or anything the reader widens into fp32; padding
     // channels zeroed.
-    const bool dy_8bit = dy_reader_.bf16_table() != nullptr && ks_.widen8 != nullptr;
+    const bool dy_8bit = dy_reader_.bf16_lut() != nullptr && ks_.widen8 != nullptr;
     const bool to_pairs = std::is_same_v<T, std::uint16_t> && (p_.dy_dtype == DType::bf16 || dy_8bit) &&
                           p_.input_rounding != InputRounding::fp16;
     const bool to_f32 = std::is_same_v<T, float> && dy_reader_.widens(ks_);
@@ -1143,7 +1143,7 @@ class GemmEngine final : public EngineImpl {
         if constexpr (std::is_same_v<T, float>) {
           dy_reader_.widen(ks_, dy, at, count, dst);
         } else if (dy_8bit) {
-          ks_.widen8(static_cast<const std::uint8_t*>(dy) + at, dy_reader_.bf16_table(), dst, count);
+          ks_.widen8(static_cast<const std::uint8_t*>(dy) + at, *dy_reader_.bf16_lut(), dst, count);
         } else if (copy_scans) {
           return ks_.copy_bf16(static_cast<const std::uint16_t*>(dy) + at, count, dst);
         } else {
@@ -1228,7 +1228,7 @@ class GemmEngine final : public EngineImpl {
               } else if constexpr (std::is_same_v<T, float>) {
                 dy_reader_.widen(ks_, dy, src, nw, dst);
               } else if (dy_8bit) {
-                ks_.widen8(static_cast<const std::uint8_t*>(dy) + src, dy_reader_.bf16_table(), dst, nw);
+                ks_.widen8(static_cast<const std::uint8_t*>(dy) + src, *dy_reader_.bf16_lut(), dst, nw);
               } else {
                 std::memcpy(dst, static_cast<const std::uint16_t*>(dy) + src,
                             static_cast<std::size_t>(nw) * 2);

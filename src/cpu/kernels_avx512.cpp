@@ -685,8 +685,8 @@ struct Lut8Words {
   }
 };
 
-void widen8(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst, std::int64_t n) {
-  const Lut8Words table(lut);
+void widen8(const std::uint8_t* src, const Lut8& lut, std::uint16_t* dst, std::int64_t n) {
+  const Lut8Words table(lut.values.data());
   for (std::int64_t i = 0; i < n; i += 32) {
     const __mmask32 m = tail32(n - i);
     _mm512_mask_storeu_epi16(dst + i, m, table(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + i))));
@@ -714,27 +714,19 @@ bool widen8_pairs(const std::uint8_t* a, const std::uint8_t* b, const Lut8& lut,
   return special != 0;
 }
 
-// widen8 with VBMI, 64 codes at a time: the table's low and high bytes as two 256-entry byte tables, each
-// looked up by two vpermi2b (the code's low 7 bits) and a blend (bit 7), the two bytes then interleaved into
-// 16-bit lanes; the codes are first put in the order the in-lane interleave leaves in sequence. Xeon with
-// AMX (model 167), from L1, timestamp-counter cycles per 32 codes against widen8 in the same runs: 3.7-3.9
-// against 7.8-8.3 for 4096 codes a call, 6.2-6.8 against 8.8-9.1 for 256; for 64, 14.5 against 12.1 (the
-// byte tables cost 8 permutes a call), so runs below 128 codes take widen8.
-CONV3D_DX_VBMI void widen8_vbmi(const std::uint8_t* src, const std::uint16_t* lut, std::uint16_t* dst,
-                                std::int64_t n) {
-  if (n < 128) return widen8(src, lut, dst, n);
-  const __m512i low = _mm512_load_si512(kBytePicks.low.data()),
-                high = _mm512_load_si512(kBytePicks.high.data());
-  const __m512i interleave = _mm512_load_si512(kBytePicks.interleave.data());
-  __m512i lo[4], hi[4];  // [k]: bytes of entries 64 k to 64 k + 63
-  for (int k = 0; k < 4; ++k) {
-    const __m512i a = _mm512_loadu_si512(lut + 64 * k), b = _mm512_loadu_si512(lut + 64 * k + 32);
-    lo[k] = _mm512_permutex2var_epi8(a, low, b);
-    hi[k] = _mm512_permutex2var_epi8(a, high, b);
+// The table's low and high bytes (Lut8::bytes) in registers, looked up by byte permutes: each byte table by
+// two vpermi2b (the code's low 7 bits) and a blend (bit 7), the two bytes then interleaved into 16-bit lanes
+// (first: those of bytes 0-7 of each 128-bit lane of codes, second: bytes 8-15). Codes put in interleave's
+// order come out in sequence.
+struct ByteTables {
+  __m512i lo[4], hi[4];  // [k]: the low and high bytes of entries 64 k to 64 k + 63
+  CONV3D_DX_VBMI_INLINE explicit ByteTables(const Lut8& lut) {
+    for (int k = 0; k < 4; ++k) {
+      lo[k] = _mm512_load_si512(lut.bytes.data() + 64 * k);
+      hi[k] = _mm512_load_si512(lut.bytes.data() + 256 + 64 * k);
+    }
   }
-  const auto widen = [&](__m512i codes, __m512i& first, __m512i& second) CONV3D_DX_VBMI_LAMBDA {
-    // (maskz: GCC 12 warns of the plain form's undefined pass-through)
-    codes = _mm512_maskz_permutexvar_epi8(~__mmask64{0}, interleave, codes);
+  CONV3D_DX_VBMI_INLINE void widen(__m512i codes, __m512i& first, __m512i& second) const {
     const __mmask64 top = _mm512_movepi8_mask(codes);
     const __m512i l = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], codes, lo[1]),
                                              _mm512_permutex2var_epi8(lo[2], codes, lo[3]));
@@ -742,6 +734,22 @@ CONV3D_DX_VBMI void widen8_vbmi(const std::uint8_t* src, const std::uint16_t* lu
                                              _mm512_permutex2var_epi8(hi[2], codes, hi[3]));
     first = _mm512_unpacklo_epi8(l, h);
     second = _mm512_unpackhi_epi8(l, h);
+  }
+};
+
+// widen8 with VBMI, 64 codes at a time by ByteTables, the codes first put in interleave's order. Xeon with
+// AMX (model 167), from L1, timestamp-counter cycles per 32 codes against widen8: 3.7-3.9 against 7.8-8.3
+// for 4096 codes a call. With the table's bytes split once where it is made (Lut8) rather than on each
+// call (8 permutes, which had made runs below 128 codes cheaper through widen8), against that build's
+// choice in the same runs: 64 codes 8.3-8.5 against 12.4-12.8, 96 7.9-8.3 against 10.9-11.0, 128 5.8-6.0
+// against 6.5-7.1, 256 4.5 against 4.8-5.3, 4096 4.0 against 3.6-4.0.
+CONV3D_DX_VBMI void widen8_vbmi(const std::uint8_t* src, const Lut8& lut, std::uint16_t* dst,
+                                std::int64_t n) {
+  const ByteTables tables(lut);
+  const __m512i interleave = _mm512_load_si512(kBytePicks.interleave.data());
+  const auto widen = [&](__m512i codes, __m512i& first, __m512i& second) CONV3D_DX_VBMI_LAMBDA {
+    // (maskz: GCC 12 warns of the plain form's undefined pass-through)
+    tables.widen(_mm512_maskz_permutexvar_epi8(~__mmask64{0}, interleave, codes), first, second);
   };
   std::int64_t i = 0;
   __m512i first, second;
@@ -760,34 +768,23 @@ CONV3D_DX_VBMI void widen8_vbmi(const std::uint8_t* src, const std::uint16_t* lu
 }
 
 // widen8_pairs with VBMI, 32 pairs at a time: one vpermt2b puts the two runs' codes in pair order (and in
-// the order the in-lane interleave leaves in sequence), then the table's bytes are looked up as widen8_vbmi
-// does, from the table's split bytes (a pair of runs of one block's width is a call: splitting the table
-// per call would cost more than the lookups). AMX Xeon (model 167), paired against widen8_pairs: HiFloat8
-// e 0.94-0.95x the time, FP8 e 0.94-0.96x.
+// the order the in-lane interleave leaves in sequence), then looked up by ByteTables. AMX Xeon (model 167),
+// paired against widen8_pairs: HiFloat8 e 0.94-0.95x the time, FP8 e 0.94-0.96x.
 CONV3D_DX_VBMI bool widen8_pairs_vbmi(const std::uint8_t* a, const std::uint8_t* b, const Lut8& lut,
                                       std::uint16_t* out, std::int64_t n, bool nonfinite) {
-  __m512i lo[4], hi[4];  // [k]: the low and high bytes of entries 64 k to 64 k + 63
-  for (int k = 0; k < 4; ++k) {
-    lo[k] = _mm512_load_si512(lut.bytes.data() + 64 * k);
-    hi[k] = _mm512_load_si512(lut.bytes.data() + 256 + 64 * k);
-  }
+  const ByteTables tables(lut);
   const __m512i picks = _mm512_load_si512(kBytePicks.pair_interleave.data());
+  const __mmask32 keep = b == nullptr ? 0x55555555u : ~__mmask32{0};  // (no second run: its lanes zero)
   __mmask32 special = 0;
   for (std::int64_t i = 0; i < n; i += 32) {
     const __mmask32 m = tail32(n - i);
     const __m512i va = _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(m, a + i));
     const __m512i vb =
         b == nullptr ? _mm512_setzero_si512() : _mm512_castsi256_si512(_mm256_maskz_loadu_epi8(m, b + i));
-    const __m512i codes = _mm512_permutex2var_epi8(va, picks, vb);
-    const __mmask64 top = _mm512_movepi8_mask(codes);
-    const __m512i l = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], codes, lo[1]),
-                                             _mm512_permutex2var_epi8(lo[2], codes, lo[3]));
-    const __m512i h = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], codes, hi[1]),
-                                             _mm512_permutex2var_epi8(hi[2], codes, hi[3]));
-    // (no second run: its lanes zero)
-    const __mmask32 keep = b == nullptr ? 0x55555555u : ~__mmask32{0};
-    const __m512i first = _mm512_maskz_mov_epi16(keep, _mm512_unpacklo_epi8(l, h)),
-                  second = _mm512_maskz_mov_epi16(keep, _mm512_unpackhi_epi8(l, h));
+    __m512i first, second;
+    tables.widen(_mm512_permutex2var_epi8(va, picks, vb), first, second);
+    first = _mm512_maskz_mov_epi16(keep, first);
+    second = _mm512_maskz_mov_epi16(keep, second);
     const std::int64_t left = n - i;  // pairs from out + 2 i
     _mm512_mask_storeu_epi32(out + 2 * i, tail16(left), first);
     special |= special_lanes(first, tail32(2 * left), nonfinite);

@@ -588,13 +588,13 @@ class PointwiseEngine final : public EngineImpl {
                                std::int64_t m, std::uint16_t* panel) const {
     const std::int64_t ps = p_.dy_strides[4], count = std::min(p_.Cout_g, 2 * q1) - 2 * q0,
                        row = 2 * (q1 - q0);
-    const std::uint16_t* table = dy_reader_.bf16_table();
+    const Lut8* lut = dy_reader_.bf16_lut();
     bool tiny = false;
     for (std::int64_t i = 0; i < m; ++i) {
       std::uint16_t* const dst = panel + i * kp_ * 2;
       const std::int64_t src = at + i * ps + 2 * q0;
-      if (table != nullptr)
-        ks_.widen8(static_cast<const std::uint8_t*>(dy) + src, table, dst, count);
+      if (lut != nullptr)
+        ks_.widen8(static_cast<const std::uint8_t*>(dy) + src, *lut, dst, count);
       else
         tiny |= ks_.copy_bf16(static_cast<const std::uint16_t*>(dy) + src, count, dst);
       std::fill(dst + count, dst + row, std::uint16_t{0});

@@ -128,7 +128,7 @@ void Reader::widen(const KernelSet& ks, const void* base, std::int64_t at, std::
       break;
     default: {  // lut8: codes to bf16 by vector table lookups, then to fp32, a chunk at a time
       const auto* codes = static_cast<const std::uint8_t*>(base) + at;
-      if (bf16_table() == nullptr || ks.widen8 == nullptr || ks.bf16_to_f32 == nullptr) {
+      if (bf16_lut() == nullptr || ks.widen8 == nullptr || ks.bf16_to_f32 == nullptr) {
         for (std::int64_t i = 0; i < n; ++i) dst[i] = lut_[codes[i]];  // a run through the fp32 table
         break;
       }
@@ -136,7 +136,7 @@ void Reader::widen(const KernelSet& ks, const void* base, std::int64_t at, std::
       std::uint16_t bits[kChunk];
       for (std::int64_t i = 0; i < n; i += kChunk) {
         const std::int64_t m = std::min(kChunk, n - i);
-        ks.widen8(codes + i, bf16_table(), bits, m);
+        ks.widen8(codes + i, lut_bf16_, bits, m);
         ks.bf16_to_f32(bits, dst + i, m);
       }
     }

@@ -111,9 +111,8 @@ class Reader {
   // dst[i] = element at + i of `base` as fp32 (the value get() gives), i < n: only when widens(ks).
   void widen(const KernelSet& ks, const void* base, std::int64_t at, std::int64_t n, float* dst) const;
   // An 8-bit type's 256 codes as bf16 bits (after the input rounding), or null unless every one is exact in
-  // bf16: the table for KernelSet::widen8 (bf16_table) and widen8_pairs (bf16_lut).
+  // bf16: the table for KernelSet::widen8 and widen8_pairs.
   const Lut8* bf16_lut() const { return kind_ == Kind::lut8 && lut_bf16_exact_ ? &lut_bf16_ : nullptr; }
-  const std::uint16_t* bf16_table() const { return bf16_lut() ? lut_bf16_.values.data() : nullptr; }
 
   // Calls f(get) with get(i) -> float, element i of `base`.
   template <class F>
