@@ -200,8 +200,8 @@ struct KernelSet {
   // Null where the ISA has none.
   void (*to_hif8)(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) = nullptr;
   void (*to_fp8_e4m3fn)(const float* src, std::uint8_t* dst, std::int64_t n, bool saturate) = nullptr;
-  // dst[i] = lut[src[i]] for i < n: 8-bit codes widened through a table of 256 16-bit values. Null where the
-  // ISA has none.
+  // dst[i] = lut.values[src[i]] for i < n: 8-bit codes widened through a table of 256 16-bit values. Null
+  // where the ISA has none.
   void (*widen8)(const std::uint8_t* src, const Lut8& lut, std::uint16_t* dst, std::int64_t n) = nullptr;
   // widen8 of two runs into bf16 channel pairs: out[2 i] = lut.values[a[i]], out[2 i + 1] = lut.values[b[i]]
   // (0 when b is null), i < n; whether any value is tiny (as any_tiny_bf16) or, with nonfinite, not finite.
